@@ -1,0 +1,1 @@
+"""batch_layer of lambdaline (see docs/architecture.md)."""

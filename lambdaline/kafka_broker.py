@@ -1,0 +1,303 @@
+"""The embedded Apache Kafka broker: one KRaft node run as a background JVM.
+
+``start`` writes the broker's configuration from settings, formats the KRaft
+storage once, launches ``kafka.Kafka`` with a capped heap, records its pid and
+waits until it answers on ``kafka_bootstrap``. ``stop`` signals exactly that pid
+and waits for it to go. Everything lives under ``<state_dir>/kafka``: ``data/``
+(the log dirs, kept across restarts), ``server.properties``, ``broker.pid``;
+the broker's output goes to ``<state_dir>/logs/kafka.log``.
+
+On a cluster you point ``LAMBDALINE_KAFKA_BOOTSTRAP`` at real brokers and never
+call this module.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from kafka import KafkaAdminClient
+from kafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
+
+from shared.jvm import JvmProfile, resolve_jars
+from shared.settings import Settings
+
+NODE_ID = 1
+_MAIN_CLASS = "kafka.Kafka"
+_STORAGE_TOOL = "kafka.tools.StorageTool"
+
+_LOG4J2 = """\
+status = warn
+appender.console.type = Console
+appender.console.name = STDOUT
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = info
+rootLogger.appenderRef.stdout.ref = STDOUT
+logger.kafka.name = kafka
+logger.kafka.level = info
+logger.controller.name = org.apache.kafka.controller
+logger.controller.level = warn
+logger.raft.name = org.apache.kafka.raft
+logger.raft.level = warn
+logger.request.name = kafka.request.logger
+logger.request.level = warn
+"""
+
+
+class BrokerError(RuntimeError):
+    """The broker could not be started or stopped; the message says why."""
+
+
+@dataclass(frozen=True)
+class BrokerPaths:
+    root: Path
+    data: Path
+    config: Path
+    log4j: Path
+    pid_file: Path
+    log_file: Path
+
+    @classmethod
+    def of(cls, settings: Settings) -> BrokerPaths:
+        root = settings.kafka_dir
+        return cls(
+            root=root,
+            data=root / "data",
+            config=root / "server.properties",
+            log4j=root / "log4j2.properties",
+            pid_file=root / "broker.pid",
+            log_file=settings.logs_dir / "kafka.log",
+        )
+
+
+@dataclass(frozen=True)
+class BrokerStatus:
+    running: bool
+    pid: int | None
+    bootstrap: str
+    answering: bool
+    paths: BrokerPaths
+
+
+def server_properties(settings: Settings, paths: BrokerPaths) -> str:
+    """A single-node KRaft broker+controller with replication factors of one."""
+    host, port = settings.bootstrap_host, settings.bootstrap_port
+    controller = f"{host}:{settings.kafka_controller_port}"
+    properties = {
+        "process.roles": "broker,controller",
+        "node.id": str(NODE_ID),
+        "controller.quorum.voters": f"{NODE_ID}@{controller}",
+        "listeners": f"PLAINTEXT://{host}:{port},CONTROLLER://{controller}",
+        "advertised.listeners": f"PLAINTEXT://{host}:{port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "log.dirs": str(paths.data.resolve()),
+        "num.partitions": str(settings.kafka_partitions),
+        "auto.create.topics.enable": "false",
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": str(max(settings.kafka_partitions, 1)),
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+        "group.initial.rebalance.delay.ms": "0",
+        "num.network.threads": "2",
+        "num.io.threads": "4",
+        "message.max.bytes": str(8 * 1024 * 1024),
+    }
+    return "".join(f"{key}={value}\n" for key, value in properties.items())
+
+
+def _java() -> str:
+    java = shutil.which("java")
+    if java is None:
+        raise BrokerError("`java` not found: install a JDK 17+ (e.g. apt install openjdk-17-jdk)")
+    return java
+
+
+def _classpath(settings: Settings) -> str:
+    return os.pathsep.join(str(jar) for jar in resolve_jars(settings, JvmProfile.KAFKA_BROKER))
+
+
+def _jvm_options(settings: Settings, paths: BrokerPaths) -> list[str]:
+    return [
+        f"-Xmx{settings.kafka_heap}",
+        "-Xms256m",
+        "-XX:+UseG1GC",
+        "-XX:MaxGCPauseMillis=20",
+        "-Djava.awt.headless=true",
+        f"-Dlog4j2.configurationFile={paths.log4j.resolve()}",
+        f"-Dkafka.logs.dir={paths.log_file.parent.resolve()}",
+    ]
+
+
+def _read_pid(paths: BrokerPaths) -> int | None:
+    try:
+        return int(paths.pid_file.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def _is_our_broker(pid: int, paths: BrokerPaths) -> bool:
+    """True if pid is alive and is the broker started with our config (not a reused pid)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    if state == "Z":  # exited, waiting to be reaped by us
+        _reap(pid)
+        return False
+    return _MAIN_CLASS.encode() in cmdline and str(paths.config.resolve()).encode() in cmdline
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def _port_open(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.settimeout(0.5)
+        return probe.connect_ex((host, port)) == 0
+
+
+def _answers(settings: Settings, timeout_ms: int = 2000) -> bool:
+    """True if the first bootstrap server answers a cluster description."""
+    if not _port_open(settings.bootstrap_host, settings.bootstrap_port):
+        return False
+    try:
+        admin = KafkaAdminClient(
+            bootstrap_servers=settings.kafka_bootstrap,
+            request_timeout_ms=timeout_ms,
+            bootstrap_timeout_ms=timeout_ms,
+            client_id="lambdaline-probe",
+        )
+    except (KafkaConnectionError, KafkaTimeoutError):
+        return False
+    try:
+        admin.describe_cluster()
+        return True
+    except KafkaError:
+        return False
+    finally:
+        admin.close()
+
+
+def _log_tail(paths: BrokerPaths, lines: int = 20) -> str:
+    try:
+        return "\n".join(paths.log_file.read_text(errors="replace").splitlines()[-lines:])
+    except FileNotFoundError:
+        return "(no log)"
+
+
+def _format_storage(settings: Settings, paths: BrokerPaths) -> None:
+    """Format the KRaft log dir once; a formatted dir keeps its data and cluster id."""
+    if (paths.data / "meta.properties").exists():
+        return
+    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    command = [
+        _java(), f"-Xmx{settings.kafka_heap}", "-cp", _classpath(settings), _STORAGE_TOOL,
+        "format", "-t", cluster_id, "-c", str(paths.config.resolve()),
+    ]  # fmt: skip
+    env = {**os.environ, "KAFKA_LOG4J_OPTS": f"-Dlog4j2.configurationFile={paths.log4j}"}
+    result = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    if result.returncode != 0:
+        raise BrokerError(f"formatting KRaft storage failed:\n{result.stdout}{result.stderr}")
+
+
+def start(settings: Settings) -> BrokerStatus:
+    """Start the broker if it is not running; return once it answers. Idempotent."""
+    paths = BrokerPaths.of(settings)
+    pid = _read_pid(paths)
+    if pid is not None and _is_our_broker(pid, paths):
+        return status(settings)
+    paths.pid_file.unlink(missing_ok=True)
+    host, port = settings.bootstrap_host, settings.bootstrap_port
+    for taken in (port, settings.kafka_controller_port):
+        if _port_open(host, taken):
+            raise BrokerError(
+                f"{host}:{taken} is already in use by another process; stop it or set "
+                "LAMBDALINE_KAFKA_BOOTSTRAP / LAMBDALINE_KAFKA_CONTROLLER_PORT to free ports"
+            )
+    for folder in (paths.root, paths.data, paths.log_file.parent):
+        folder.mkdir(parents=True, exist_ok=True)
+    paths.config.write_text(server_properties(settings, paths))
+    paths.log4j.write_text(_LOG4J2)
+    _format_storage(settings, paths)
+
+    command = [_java(), *_jvm_options(settings, paths), "-cp", _classpath(settings)]
+    command += [_MAIN_CLASS, str(paths.config.resolve())]
+    with paths.log_file.open("ab") as log:
+        process = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,  # a Ctrl-C in the caller's terminal must not reach it
+        )  # fmt: skip
+    paths.pid_file.write_text(f"{process.pid}\n")
+
+    deadline = time.monotonic() + settings.kafka_start_timeout.total_seconds()
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            paths.pid_file.unlink(missing_ok=True)
+            raise BrokerError(
+                f"the broker exited with code {process.returncode} during start-up; "
+                f"last lines of {paths.log_file}:\n{_log_tail(paths)}"
+            )
+        if _answers(settings):
+            return status(settings)
+        time.sleep(0.5)
+    _terminate(process.pid, paths, grace_seconds=10)
+    raise BrokerError(
+        f"the broker did not answer on {settings.kafka_bootstrap} within "
+        f"{settings.kafka_start_timeout}; last lines of {paths.log_file}:\n{_log_tail(paths)}"
+    )
+
+
+def _terminate(pid: int, paths: BrokerPaths, grace_seconds: float) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_seconds
+    while time.monotonic() < deadline and _is_our_broker(pid, paths):
+        time.sleep(0.2)
+    if _is_our_broker(pid, paths):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        while _is_our_broker(pid, paths):
+            time.sleep(0.1)
+    _reap(pid)
+    paths.pid_file.unlink(missing_ok=True)
+
+
+def stop(settings: Settings, grace_seconds: float = 30.0) -> int | None:
+    """Stop the broker started by :func:`start` (by its pid) and wait; return the pid or None."""
+    paths = BrokerPaths.of(settings)
+    pid = _read_pid(paths)
+    if pid is None or not _is_our_broker(pid, paths):
+        paths.pid_file.unlink(missing_ok=True)
+        return None
+    _terminate(pid, paths, grace_seconds)
+    return pid
+
+
+def status(settings: Settings) -> BrokerStatus:
+    paths = BrokerPaths.of(settings)
+    pid = _read_pid(paths)
+    running = pid is not None and _is_our_broker(pid, paths)
+    return BrokerStatus(
+        running=running,
+        pid=pid if running else None,
+        bootstrap=settings.kafka_bootstrap,
+        answering=_answers(settings),
+        paths=paths,
+    )

@@ -1,0 +1,1 @@
+"""serving of lambdaline (see docs/architecture.md)."""

@@ -1,0 +1,112 @@
+"""JVM jars from Maven Central: the Kafka broker and the Spark Kafka connector.
+
+``deploy/jvm/pom.xml`` names the versions; Maven resolves each profile into its
+own folder under ``jvm_cache_dir`` (their kafka-clients versions differ and must
+not share a classpath). A folder is keyed by a hash of the pom, so editing a
+version resolves afresh, and is filled atomically (resolved into a temporary
+folder, then renamed), so an interrupted resolution never leaves half a folder.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+import subprocess
+import tempfile
+import xml.etree.ElementTree as ET
+from enum import StrEnum
+from pathlib import Path
+
+from shared.settings import Settings
+
+POM_PATH = Path(__file__).resolve().parents[1] / "deploy" / "jvm" / "pom.xml"
+_POM_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
+_UNREACHABLE_HINTS = (
+    "Unknown host",
+    "Could not transfer",
+    "Connection refused",
+    "Network is unreachable",
+    "connect timed out",
+    "Connect to",
+)
+
+
+class JvmProfile(StrEnum):
+    KAFKA_BROKER = "kafka-broker"
+    SPARK_KAFKA = "spark-kafka"
+
+
+class JarResolutionError(RuntimeError):
+    """Maven could not provide the jars; the message says why and what to do."""
+
+
+def pom_properties(pom: Path = POM_PATH) -> dict[str, str]:
+    """The <properties> of the pom (kafka.version, spark.version, ...)."""
+    properties = ET.parse(pom).getroot().find("m:properties", _POM_NS)
+    if properties is None:
+        return {}
+    return {child.tag.split("}")[1]: (child.text or "").strip() for child in properties}
+
+
+def jar_dir(settings: Settings, profile: JvmProfile, pom: Path = POM_PATH) -> Path:
+    digest = hashlib.sha256(pom.read_bytes()).hexdigest()[:12]
+    return settings.jvm_cache_dir / f"{profile.value}-{digest}"
+
+
+def resolve_jars(settings: Settings, profile: JvmProfile, pom: Path = POM_PATH) -> list[Path]:
+    """The jars of one profile, resolving them with Maven first if they are not cached."""
+    target = jar_dir(settings, profile, pom)
+    if not target.is_dir():
+        _run_maven(profile, pom, target)
+    jars = sorted(target.glob("*.jar"))
+    if not jars:
+        raise JarResolutionError(f"{target} holds no jars; delete it and run `make setup`")
+    return jars
+
+
+def _run_maven(profile: JvmProfile, pom: Path, target: Path) -> None:
+    if not pom.is_file():
+        raise JarResolutionError(f"Maven file {pom} not found (run from a lambdaline checkout)")
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise JarResolutionError("Maven (`mvn`) is not installed; install it (e.g. apt install maven)")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    command = [
+        mvn, "-B", "-q", "-f", str(pom), f"-P{profile.value}",
+        "dependency:copy-dependencies", f"-DoutputDirectory={staging}",
+    ]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        shutil.rmtree(staging, ignore_errors=True)
+        output = (result.stdout + result.stderr).strip()
+        errors = [line for line in output.splitlines() if "ERROR" in line][:3]
+        summary = "\n".join(errors) or output[-2000:]
+        if any(hint in output for hint in _UNREACHABLE_HINTS):
+            raise JarResolutionError(
+                f"cannot reach Maven Central to resolve the {profile.value} jars "
+                f"(check the network or a Maven mirror in ~/.m2/settings.xml):\n{summary}"
+            )
+        raise JarResolutionError(f"Maven failed to resolve the {profile.value} jars:\n{summary}")
+    try:
+        staging.rename(target)
+    except OSError:  # another process finished first; its folder is as good as ours
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def spark_kafka_jars(settings: Settings) -> list[Path]:
+    """Connector jars to add to Spark: those pyspark does not already ship."""
+    import pyspark
+
+    shipped = {_artifact_name(jar) for jar in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
+    return [
+        jar
+        for jar in resolve_jars(settings, JvmProfile.SPARK_KAFKA)
+        if _artifact_name(jar) not in shipped
+    ]
+
+
+def _artifact_name(jar: Path) -> str:
+    """``kafka-clients-3.9.0.jar`` -> ``kafka-clients``."""
+    return re.sub(r"-\d+(\.\d+)+.*$", "", jar.stem)

@@ -1,0 +1,194 @@
+"""The one settings model of lambdaline.
+
+Every tunable of every layer lives here and nowhere else: window sizes, the
+watermark, topic names, ports, paths. Values come, highest priority first, from
+``LAMBDALINE_*`` environment variables, then ``lambdaline.toml`` in the working
+directory (or the file named by ``LAMBDALINE_CONFIG``), then the defaults below.
+
+Nested groups use ``__`` in environment names, e.g. ``LAMBDALINE_TOPICS__ENTRIES``.
+Durations accept ``500ms``, ``90s``, ``5m``, ``1h``, ``3d``, a number of seconds,
+or ISO-8601 (``PT5M``).
+
+Build settings with :func:`get_settings` (cached) at the start of a command and
+pass them down; nothing in the project builds settings at import time.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from datetime import timedelta
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, Field, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|min|h|d)\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(value: Any) -> Any:
+    """Turn ``"5m"``-style text into a timedelta; leave anything else to pydantic."""
+    if isinstance(value, str):
+        match = _DURATION.match(value)
+        if match:
+            return timedelta(seconds=float(match.group(1)) * _UNIT_SECONDS[match.group(2)])
+    return value
+
+
+Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+
+
+def _split_commas(value: Any) -> Any:
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
+class TopicSettings(BaseModel):
+    """Kafka topic names. Speed-store topics are ``<speed_prefix><view name>``."""
+
+    entries: str = "toll.entries"
+    exits: str = "toll.exits"
+    registrations: str = "vehicle.registrations"
+    dead_letters: str = "dead.letters"
+    speed_prefix: str = "speed."
+    speed_progress: str = "speed.progress"
+
+    @field_validator("*")
+    @classmethod
+    def _valid_topic_name(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", value):
+            raise ValueError(f"{value!r} is not a valid Kafka topic name")
+        return value
+
+
+class Settings(BaseSettings):
+    """All settings of lambdaline, typed and validated."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="LAMBDALINE_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        validate_default=True,
+    )
+
+    # --- where things live -------------------------------------------------
+    state_dir: Path = Field(
+        Path(".lambdaline"),
+        description="broker data, checkpoints, master dataset, batch store, logs, pids",
+    )
+    jvm_cache_dir: Path = Field(
+        Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "lambdaline" / "jvm",
+        description="JVM jars resolved by Maven (broker, Spark Kafka connector)",
+    )
+
+    # --- Kafka -------------------------------------------------------------
+    kafka_bootstrap: str = Field(
+        "127.0.0.1:9092",
+        description="bootstrap servers (host:port[,host:port]); the embedded broker listens here",
+    )
+    kafka_controller_port: int = Field(
+        9093, ge=1, le=65535, description="KRaft controller port of the embedded broker"
+    )
+    kafka_heap: str = Field("1g", pattern=r"^\d+[kmgKMG]$", description="broker JVM heap (-Xmx)")
+    kafka_partitions: int = Field(2, ge=1, le=1024, description="partitions per created topic")
+    kafka_start_timeout: Duration = Field(timedelta(seconds=90))
+    speed_retention: Duration = Field(
+        timedelta(days=3), description="retention of speed.* topics (>= 3 batch periods)"
+    )
+    topics: TopicSettings = Field(default_factory=TopicSettings)
+
+    # --- event time and view rules (shared by both layers) -------------------
+    window: Duration = Field(timedelta(minutes=5), description="booth_stats tumbling window")
+    max_trip: Duration = Field(timedelta(hours=1), description="longest entry->exit trip")
+    watermark: Duration = Field(timedelta(minutes=2), description="speed-layer lateness bound")
+    max_future_skew: Duration = Field(
+        timedelta(hours=1), description="how far event time may lead the Kafka record timestamp"
+    )
+
+    # --- serving -------------------------------------------------------------
+    api_keys: Annotated[list[str], NoDecode, BeforeValidator(_split_commas)] = Field(
+        default_factory=list, description="accepted X-API-Key values, comma-separated"
+    )
+
+    @field_validator("kafka_bootstrap")
+    @classmethod
+    def _valid_bootstrap(cls, value: str) -> str:
+        for server in value.split(","):
+            host, sep, port = server.strip().rpartition(":")
+            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"{server!r} is not host:port")
+        return value
+
+    @field_validator("window", "max_trip", "watermark", "max_future_skew", "speed_retention")
+    @classmethod
+    def _positive(cls, value: timedelta) -> timedelta:
+        if value <= timedelta(0):
+            raise ValueError("must be a positive duration")
+        return value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        toml_file = Path(os.environ.get("LAMBDALINE_CONFIG", "lambdaline.toml"))
+        return (
+            init_settings,
+            env_settings,
+            TomlConfigSettingsSource(settings_cls, toml_file=toml_file),
+        )
+
+    # --- derived locations ----------------------------------------------------
+    @property
+    def bootstrap_host(self) -> str:
+        return self.kafka_bootstrap.split(",")[0].strip().rpartition(":")[0]
+
+    @property
+    def bootstrap_port(self) -> int:
+        return int(self.kafka_bootstrap.split(",")[0].strip().rpartition(":")[2])
+
+    @property
+    def kafka_dir(self) -> Path:
+        return self.state_dir / "kafka"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.state_dir / "logs"
+
+
+class SettingsError(Exception):
+    """Settings failed validation; the message names every bad setting."""
+
+
+def describe_validation_error(error: ValidationError) -> str:
+    """One line per bad setting, naming its environment variable."""
+    lines = []
+    for problem in error.errors():
+        path = [str(part) for part in problem["loc"]]
+        env_name = "LAMBDALINE_" + "__".join(path).upper()
+        toml_name = ".".join(path)
+        lines.append(f"invalid setting {toml_name} ({env_name}): {problem['msg']}")
+    return "\n".join(lines)
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """Build and validate settings once per process; raise SettingsError naming bad ones."""
+    try:
+        return Settings()
+    except ValidationError as error:
+        raise SettingsError(describe_validation_error(error)) from None

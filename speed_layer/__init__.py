@@ -1,0 +1,1 @@
+"""speed_layer of lambdaline (see docs/architecture.md)."""
