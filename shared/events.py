@@ -13,6 +13,7 @@ at most two decimal places; ``vehicle_type`` is a JSON integer.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import typing
 from collections.abc import Mapping
@@ -182,23 +183,30 @@ def format_instant(instant: datetime) -> str:
     """ISO-8601 UTC with milliseconds, e.g. ``2026-11-22T08:15:00.250Z``."""
     if instant.tzinfo is None:
         raise ValueError("instants must be timezone-aware")
-    utc = instant.astimezone(UTC)
-    return utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
+    return instant.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _wire_value(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return format_instant(value)
+    if isinstance(value, Decimal):
+        return float(value)  # two decimal places print exactly as a float
+    return value
+
+
+@functools.cache
+def _field_names(python_type: type[Event]) -> tuple[str, ...]:
+    return tuple(field.name for field in dataclasses.fields(python_type))
 
 
 def event_to_wire(event: Event) -> dict[str, Any]:
     """The JSON object of an event, as it travels on Kafka."""
-    wire: dict[str, Any] = {}
-    for field in dataclasses.fields(event):
-        value = getattr(event, field.name)
-        if isinstance(value, datetime):
-            value = format_instant(value)
-        elif isinstance(value, Decimal):
-            value = float(value)  # two decimal places print exactly as a float
-        wire[field.name] = value
-    return wire
+    return {name: _wire_value(getattr(event, name)) for name in _field_names(type(event))}
+
+
+_compact_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
 def encode_event(event: Event) -> bytes:
     """The Kafka record value of an event: compact UTF-8 JSON."""
-    return json.dumps(event_to_wire(event), ensure_ascii=False, separators=(",", ":")).encode()
+    return _compact_json(event_to_wire(event)).encode()

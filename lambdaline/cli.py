@@ -1,0 +1,298 @@
+"""The ``lambdaline`` command: one entry point, one sub-command group per concern.
+
+Settings are read once, at the start of every command (``get_settings``); a bad
+setting stops the command with exit code 2 and a line naming the setting.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+from typing import Annotated
+
+import typer
+from kafka.errors import KafkaConnectionError, KafkaTimeoutError
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from lambdaline import generator as event_generator
+from lambdaline import kafka_broker
+from lambdaline.topics import create_topics
+from shared.jvm import JarResolutionError, JvmProfile, resolve_jars
+from shared.settings import Settings, SettingsError, get_settings, parse_duration
+
+console = Console(stderr=True)
+out = Console()
+
+app = typer.Typer(
+    help="lambdaline: a reference Lambda architecture on Kafka, Spark, DuckDB and FastAPI.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+kafka_app = typer.Typer(help="The embedded single-node Apache Kafka broker (KRaft).")
+topics_app = typer.Typer(help="Kafka topics of lambdaline.")
+jvm_app = typer.Typer(help="JVM jars (broker, Spark Kafka connector) resolved by Maven.")
+app.add_typer(kafka_app, name="kafka")
+app.add_typer(topics_app, name="topics")
+app.add_typer(jvm_app, name="jvm")
+
+
+def _settings() -> Settings:
+    try:
+        return get_settings()
+    except SettingsError as error:
+        console.print(f"[red]error:[/red] {error}", highlight=False)
+        raise typer.Exit(2) from None
+
+
+@contextlib.contextmanager
+def _clear_errors() -> Iterator[None]:
+    """Turn the project's expected failures into one red line and a non-zero exit."""
+    try:
+        yield
+    except (kafka_broker.BrokerError, JarResolutionError) as error:
+        console.print(f"[red]error:[/red] {error}", highlight=False)
+        raise typer.Exit(1) from None
+    except (KafkaTimeoutError, KafkaConnectionError) as error:
+        settings = get_settings()
+        console.print(
+            f"[red]error:[/red] cannot reach Kafka at {settings.kafka_bootstrap} ({error}); "
+            "start the embedded broker with `lambdaline kafka start` or set "
+            "LAMBDALINE_KAFKA_BOOTSTRAP",
+            highlight=False,
+        )
+        raise typer.Exit(1) from None
+
+
+@app.callback()
+def main_callback() -> None:
+    """Validate settings before any command runs."""
+    _settings()
+
+
+# --- jvm ---------------------------------------------------------------------------
+
+
+@jvm_app.command("resolve")
+def jvm_resolve() -> None:
+    """Resolve the broker and connector jars from Maven Central (idempotent)."""
+    settings = _settings()
+    with _clear_errors():
+        for profile in JvmProfile:
+            with console.status(f"resolving {profile.value} jars with Maven"):
+                jars = resolve_jars(settings, profile)
+            out.print(f"{profile.value}: {len(jars)} jars in {jars[0].parent}")
+
+
+# --- kafka -------------------------------------------------------------------------
+
+
+@kafka_app.command("start")
+def kafka_start() -> None:
+    """Start the embedded broker on LAMBDALINE_KAFKA_BOOTSTRAP and wait until it answers."""
+    settings = _settings()
+    with _clear_errors():
+        before = kafka_broker.status(settings)
+        with console.status(f"starting Kafka on {settings.kafka_bootstrap}"):
+            state = kafka_broker.start(settings)
+    verb = "already running" if before.running else "started"
+    out.print(f"kafka {verb}: pid {state.pid}, bootstrap {state.bootstrap}")
+    out.print(f"  data {state.paths.data}  log {state.paths.log_file}")
+
+
+@kafka_app.command("stop")
+def kafka_stop() -> None:
+    """Stop the embedded broker (by its pid) and wait until it has exited."""
+    settings = _settings()
+    with console.status("stopping Kafka"):
+        pid = kafka_broker.stop(settings)
+    out.print("kafka was not running" if pid is None else f"kafka stopped (pid {pid})")
+
+
+@kafka_app.command("status")
+def kafka_status() -> None:
+    """Say whether the embedded broker runs, where, and whether it answers."""
+    settings = _settings()
+    state = kafka_broker.status(settings)
+    if state.running:
+        out.print(f"kafka running: pid {state.pid}, bootstrap {state.bootstrap}")
+    else:
+        out.print(f"kafka not running (embedded broker under {state.paths.root})")
+    out.print(f"  answering on {state.bootstrap}: {'yes' if state.answering else 'no'}")
+    out.print(f"  data {state.paths.data}  log {state.paths.log_file}")
+    if not state.running:
+        raise typer.Exit(3)
+
+
+# --- topics ------------------------------------------------------------------------
+
+
+@topics_app.command("create")
+def topics_create() -> None:
+    """Create the input, dead-letter and speed-store topics that do not exist yet."""
+    settings = _settings()
+    with _clear_errors(), console.status(f"creating topics on {settings.kafka_bootstrap}"):
+        outcomes = create_topics(settings)
+    table = Table("topic", "partitions", "config", "")
+    for outcome in outcomes:
+        config = ", ".join(f"{k}={v}" for k, v in outcome.spec.config.items())
+        table.add_row(
+            outcome.spec.name,
+            str(outcome.spec.partitions),
+            config,
+            "created" if outcome.created else "exists",
+        )
+    out.print(table)
+
+
+# --- generate ----------------------------------------------------------------------
+
+
+def _instant(value: str) -> datetime:
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise typer.BadParameter(f"{value!r} is not an ISO-8601 instant") from None
+    if parsed.tzinfo is None:
+        raise typer.BadParameter(f"{value!r} has no time zone; add Z for UTC")
+    return parsed.astimezone(UTC)
+
+
+def _print_summary(summary: event_generator.GeneratorSummary, target: str) -> None:
+    table = Table("kind", "records", title=f"generated to {target}")
+    for kind, count in sorted(summary.by_kind.items()):
+        table.add_row(kind, f"{count:,}")
+    table.add_row("[bold]total", f"[bold]{summary.records:,}")
+    out.print(table)
+    topics = Table("topic", "records")
+    for topic, count in sorted(summary.by_topic.items()):
+        topics.add_row(topic, f"{count:,}")
+    out.print(topics)
+    rate = summary.records / summary.seconds if summary.seconds else 0.0
+    out.print(f"{summary.records:,} records in {summary.seconds:.1f} s = {rate:,.0f} records/s")
+    if summary.first_timestamp_ms is not None and summary.last_timestamp_ms is not None:
+        first = datetime.fromtimestamp(summary.first_timestamp_ms / 1000, UTC)
+        last = datetime.fromtimestamp(summary.last_timestamp_ms / 1000, UTC)
+        out.print(f"simulated send times {first:%Y-%m-%dT%H:%M:%SZ} .. {last:%Y-%m-%dT%H:%M:%SZ}")
+
+
+@app.command()
+def generate(
+    events: Annotated[int, typer.Option(min=0, help="toll entries (exits, registrations follow)")] = 100_000,
+    seed: Annotated[int, typer.Option(help="same seed and options, same bytes")] = 42,
+    rate: Annotated[float, typer.Option(min=0, help="cap in records/s; 0 = as fast as possible")] = 0.0,
+    start: Annotated[str, typer.Option(help="simulated start (ISO-8601), or 'now'")] = "2026-01-05T06:00:00Z",
+    speedup: Annotated[float, typer.Option(min=0, help="simulated s per real s; 0 = no pacing")] = 0.0,
+    traffic: Annotated[float, typer.Option(min=0.001, help="entries per simulated second")] = 20.0,
+    booths: Annotated[int, typer.Option(min=1)] = 10,
+    plates: Annotated[int, typer.Option(min=1)] = 5000,
+    late: Annotated[float, typer.Option(min=0.0, max=1.0, help="fraction sent late")] = 0.02,
+    late_mean: Annotated[str, typer.Option(help="mean lateness of late records")] = "3m",
+    duplicate: Annotated[float, typer.Option(min=0.0, max=1.0, help="fraction sent twice")] = 0.01,
+    malformed: Annotated[float, typer.Option(min=0.0, max=1.0, help="extra malformed records")] = 0.01,
+    expired: Annotated[float, typer.Option(min=0.0, max=1.0, help="plates expired")] = 0.05,
+    unregistered: Annotated[float, typer.Option(min=0.0, max=1.0, help="plates never registered")] = 0.01,
+    missing_exit: Annotated[float, typer.Option(min=0.0, max=1.0, help="entries without exit")] = 0.02,
+    out_file: Annotated[Path | None, typer.Option("--out", help="write JSON lines here instead of Kafka")] = None,
+    workers: Annotated[int | None, typer.Option(min=1, help="producer processes (default: cores)")] = None,
+) -> None:
+    """Generate a seeded toll-booth stream to Kafka (or to a JSON-lines file)."""
+    settings = _settings()
+    lateness = parse_duration(late_mean)
+    if not hasattr(lateness, "total_seconds"):
+        raise typer.BadParameter(f"{late_mean!r} is not a duration like 3m", param_hint="--late-mean")
+    try:
+        config = event_generator.GeneratorConfig(
+            events=events, seed=seed,
+            start=datetime.now(UTC).replace(microsecond=0) if start == "now" else _instant(start),
+            traffic=traffic, rate=rate, speedup=speedup, booths=booths, plates=plates,
+            late=late, late_mean=lateness, duplicate=duplicate, malformed=malformed,
+            expired=expired, unregistered=unregistered, missing_exit=missing_exit,
+            max_trip=settings.max_trip, max_future_skew=settings.max_future_skew,
+        )  # fmt: skip
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from None
+    with _clear_errors():
+        summary = _run_generator(config, settings, out_file, workers)
+    _print_summary(summary, str(out_file) if out_file else settings.kafka_bootstrap)
+
+
+def _run_generator(
+    config: event_generator.GeneratorConfig,
+    settings: Settings,
+    out_file: Path | None,
+    workers: int | None,
+) -> event_generator.GeneratorSummary:
+    columns = (
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed:,} records"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task("generating", total=None)
+
+        def advance(count: int) -> None:
+            progress.advance(task, count)
+
+        if out_file is not None:
+            return event_generator.write_json_lines(config, settings, out_file, advance)
+        return event_generator.send_to_kafka(config, settings, workers, advance)
+
+
+# --- demo (grows with the speed, batch and serving layers) -----------------------
+
+
+@app.command()
+def demo(
+    events: Annotated[int, typer.Option(min=1, help="entries to stream")] = 200_000,
+    rate: Annotated[float, typer.Option(min=0, help="records/s")] = 5_000.0,
+) -> None:
+    """Start the broker, create the topics and stream generated events; Ctrl-C stops it all.
+
+    Stops what it started, by pid: the broker only if this command started it.
+    """
+    settings = _settings()
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+    with _clear_errors():
+        started_broker = not kafka_broker.status(settings).running
+        with console.status(f"starting Kafka on {settings.kafka_bootstrap}"):
+            kafka_broker.start(settings)
+        try:
+            created = [o.spec.name for o in create_topics(settings) if o.created]
+            out.print(f"kafka on {settings.kafka_bootstrap}; topics created: {created or 'none new'}")
+            config = event_generator.GeneratorConfig(
+                events=events,
+                start=datetime.now(UTC).replace(microsecond=0),
+                rate=rate,
+                max_trip=settings.max_trip,
+                max_future_skew=settings.max_future_skew,
+            )
+            out.print(f"streaming {events:,} entries at up to {rate:,.0f} records/s (Ctrl-C stops)")
+            summary = _run_generator(config, settings, None, None)
+            _print_summary(summary, settings.kafka_bootstrap)
+        except KeyboardInterrupt:
+            console.print("interrupted")
+        finally:
+            if started_broker:
+                with console.status("stopping Kafka"):
+                    pid = kafka_broker.stop(settings)
+                out.print(f"kafka stopped (pid {pid})")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,46 @@
+"""Create lambdaline's topics on the configured Kafka cluster, idempotently."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kafka import KafkaAdminClient
+from kafka.admin import NewTopic
+from kafka.errors import TopicAlreadyExistsError
+
+from shared.settings import Settings
+from shared.topics import TopicSpec, all_topics
+
+
+@dataclass(frozen=True)
+class TopicOutcome:
+    spec: TopicSpec
+    created: bool
+
+
+def create_topics(settings: Settings) -> list[TopicOutcome]:
+    """Create every topic that does not exist yet; existing topics are left as they are."""
+    admin = KafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, client_id="lambdaline-topics")
+    try:
+        existing = set(admin.list_topics())
+        replication = min(3, len(admin.describe_cluster()["brokers"]))
+        outcomes = []
+        for spec in all_topics(settings):
+            created = False
+            if spec.name not in existing:
+                new_topic = NewTopic(
+                    name=spec.name,
+                    num_partitions=spec.partitions,
+                    replication_factor=replication,
+                    topic_configs=spec.config,
+                )
+                try:
+                    admin.create_topics([new_topic])
+                    created = True
+                except TopicAlreadyExistsError:  # created meanwhile by someone else
+                    pass
+            outcomes.append(TopicOutcome(spec, created))
+        return outcomes
+    finally:
+        admin.close()
+

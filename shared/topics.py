@@ -1,0 +1,51 @@
+"""Every Kafka topic lambdaline uses, and how each is configured.
+
+The input topics and ``dead.letters`` are plain append-only logs. The speed
+store is one compacted topic per view, ``speed.<view>``: keyed by the view key,
+so compaction keeps the latest row per key, with ``delete`` as well so a key the
+batch layer has long taken over ages out after ``speed_retention``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from shared.events import EVENT_TYPES
+from shared.settings import Settings
+
+VIEW_NAMES: tuple[str, ...] = (
+    "booth_stats",
+    "vehicle_trips",
+    "expired_registrations",
+    "diagnostics",
+)
+"""The views of DESIGN.md; each has a speed-store topic and a batch-store table."""
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    config: dict[str, str] = field(default_factory=dict)
+
+
+def input_topics(settings: Settings) -> list[str]:
+    return [event_type.topic(settings.topics) for event_type in EVENT_TYPES]
+
+
+def speed_topic(settings: Settings, view_name: str) -> str:
+    return f"{settings.topics.speed_prefix}{view_name}"
+
+
+def all_topics(settings: Settings) -> list[TopicSpec]:
+    """The topics `lambdaline topics create` makes, in a stable order."""
+    partitions = settings.kafka_partitions
+    retention_ms = str(int(settings.speed_retention.total_seconds() * 1000))
+    speed_config = {"cleanup.policy": "compact,delete", "retention.ms": retention_ms}
+    topics = [TopicSpec(name, partitions) for name in input_topics(settings)]
+    topics.append(TopicSpec(settings.topics.dead_letters, partitions))
+    topics += [
+        TopicSpec(speed_topic(settings, view), partitions, speed_config) for view in VIEW_NAMES
+    ]
+    topics.append(TopicSpec(settings.topics.speed_progress, 1, speed_config))
+    return topics

@@ -1,0 +1,47 @@
+"""Fixtures shared by every test: one SparkSession for the whole run, clean settings."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")  # pyspark.pandas (assertDataFrameEqual) wants it
+from collections.abc import Iterator
+
+import pytest
+from pyspark.sql import SparkSession
+
+from shared.settings import Settings, get_settings
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """One local SparkSession for the whole run: small, UTC, no UI. Tests never stop it."""
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("lambdaline-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", "2g")
+        .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(autouse=True)
+def _isolated_settings(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Tests see default settings: no LAMBDALINE_* from the shell, no lambdaline.toml."""
+    for name in list(os.environ):
+        if name.startswith("LAMBDALINE_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("LAMBDALINE_CONFIG", str(tmp_path_factory.getbasetemp() / "absent.toml"))
+    get_settings.cache_clear()
+
+
+@pytest.fixture
+def settings() -> Settings:
+    return Settings()

@@ -1,0 +1,77 @@
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from shared.settings import Settings, SettingsError, get_settings
+
+
+def test_defaults_are_those_of_the_design() -> None:
+    settings = Settings()
+    assert settings.state_dir == Path(".lambdaline")
+    assert settings.kafka_bootstrap == "127.0.0.1:9092"
+    assert settings.window == timedelta(minutes=5)
+    assert settings.max_trip == timedelta(hours=1)
+    assert settings.watermark == timedelta(minutes=2)
+    assert settings.max_future_skew == timedelta(hours=1)
+    assert settings.kafka_partitions == 2
+    assert settings.topics.entries == "toll.entries"
+    assert settings.topics.dead_letters == "dead.letters"
+    assert settings.api_keys == []
+
+
+def test_environment_overrides_with_the_names_the_design_fixes(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("LAMBDALINE_STATE_DIR", str(tmp_path))
+    monkeypatch.setenv("LAMBDALINE_KAFKA_BOOTSTRAP", "localhost:19092")
+    monkeypatch.setenv("LAMBDALINE_API_KEYS", "alpha, beta,,gamma")
+    monkeypatch.setenv("LAMBDALINE_WINDOW", "90s")
+    monkeypatch.setenv("LAMBDALINE_TOPICS__ENTRIES", "test.entries")
+    settings = Settings()
+    assert settings.state_dir == tmp_path
+    assert (settings.bootstrap_host, settings.bootstrap_port) == ("localhost", 19092)
+    assert settings.api_keys == ["alpha", "beta", "gamma"]
+    assert settings.window == timedelta(seconds=90)
+    assert settings.topics.entries == "test.entries"
+
+
+def test_toml_file_is_read_and_environment_wins(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    config = tmp_path / "lambdaline.toml"
+    config.write_text('watermark = "30s"\nmax_trip = "2h"\n[topics]\nexits = "x.exits"\n')
+    monkeypatch.setenv("LAMBDALINE_CONFIG", str(config))
+    monkeypatch.setenv("LAMBDALINE_MAX_TRIP", "45m")
+    settings = Settings()
+    assert settings.watermark == timedelta(seconds=30)
+    assert settings.max_trip == timedelta(minutes=45)
+    assert settings.topics.exits == "x.exits"
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "named"),
+    [
+        ("LAMBDALINE_WINDOW", "-5m", "LAMBDALINE_WINDOW"),
+        ("LAMBDALINE_WATERMARK", "soon", "LAMBDALINE_WATERMARK"),
+        ("LAMBDALINE_KAFKA_BOOTSTRAP", "no-port", "LAMBDALINE_KAFKA_BOOTSTRAP"),
+        ("LAMBDALINE_KAFKA_PARTITIONS", "0", "LAMBDALINE_KAFKA_PARTITIONS"),
+        ("LAMBDALINE_TOPICS__ENTRIES", "bad topic!", "LAMBDALINE_TOPICS__ENTRIES"),
+    ],
+)
+def test_a_bad_setting_fails_naming_it(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, named: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(SettingsError, match=named):
+        get_settings()
+
+
+def test_unknown_setting_in_toml_is_rejected(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    config = tmp_path / "lambdaline.toml"
+    config.write_text("windw = '5m'\n")
+    monkeypatch.setenv("LAMBDALINE_CONFIG", str(config))
+    with pytest.raises(SettingsError, match="windw"):
+        get_settings()

@@ -1,0 +1,196 @@
+"""Validation on a static DataFrame of raw Kafka records (the batch layer's view of it).
+
+Every expected row is written by hand. The streaming layer calls the same
+function; its integration tests check the streaming path.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import types as T
+from pyspark.testing import assertDataFrameEqual
+
+from shared.events import TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION
+from shared.settings import TopicSettings
+from shared.validation import DEAD_LETTER_SCHEMA, decode_records
+
+SENT = datetime(2026, 1, 5, 6, 0, 0, tzinfo=UTC)
+TOPICS = TopicSettings()
+RAW_SCHEMA = T.StructType(
+    [
+        T.StructField("key", T.BinaryType()),
+        T.StructField("value", T.BinaryType()),
+        T.StructField("topic", T.StringType()),
+        T.StructField("partition", T.IntegerType()),
+        T.StructField("offset", T.LongType()),
+        T.StructField("timestamp", T.TimestampType()),
+    ]
+)
+
+ENTRY: dict[str, Any] = {
+    "event_id": "e-1",
+    "booth_id": "booth-01",
+    "entry_time": "2026-01-05T05:59:58.125Z",
+    "license_plate": "ABC-1234",
+    "state": "NY",
+    "make": "Ford",
+    "model": "F-150",
+    "vehicle_type": 1,
+    "weight_kg": 1500.5,
+    "toll": 4.5,
+    "tag": "TAG01",
+}
+
+
+def raw(spark: SparkSession, *records: tuple[str, bytes]) -> DataFrame:
+    """Raw Kafka records as Spark's Kafka source yields them, one offset each."""
+    rows = [
+        (b"k", value, topic, 0, offset, SENT) for offset, (topic, value) in enumerate(records)
+    ]
+    return spark.createDataFrame(rows, RAW_SCHEMA)
+
+
+def entry_json(**changes: Any) -> bytes:
+    wire = {**ENTRY, **changes}
+    return json.dumps({k: v for k, v in wire.items() if v is not ...}).encode()
+
+
+def reasons_of(spark: SparkSession, *values: bytes, topic: str = "toll.entries") -> list[tuple[str, str]]:
+    decoded = decode_records(raw(spark, *[(topic, v) for v in values]), TOPICS, timedelta(hours=1))
+    rows = decoded.dead_letters.orderBy("source_offset").collect()
+    return [(row.reason, row.detail) for row in rows]
+
+
+def test_a_valid_entry_is_typed_and_keeps_its_source(spark: SparkSession) -> None:
+    decoded = decode_records(
+        raw(spark, ("toll.entries", entry_json(license_plate="ÄÖÜ-Ø001"))), TOPICS, timedelta(hours=1)
+    )
+    expected = Row(
+        event_id="e-1", booth_id="booth-01",
+        entry_time=datetime(2026, 1, 5, 5, 59, 58, 125_000),
+        license_plate="ÄÖÜ-Ø001", state="NY", make="Ford", model="F-150", vehicle_type=1,
+        weight_kg=1500.5, toll=Decimal("4.50"), tag="TAG01",
+        source_topic="toll.entries", source_partition=0, source_offset=0,
+        source_timestamp=datetime(2026, 1, 5, 6, 0),
+    )  # fmt: skip
+    assert decoded.of(TOLL_ENTRY).collect() == [expected]
+    assert decoded.dead_letters.count() == 0
+    assert decoded.of(TOLL_ENTRY).schema.fieldNames()[:11] == TOLL_ENTRY.spark_schema.fieldNames()
+
+
+def test_exits_and_registrations_are_decoded_by_their_topic(spark: SparkSession) -> None:
+    exit_value = b'{"event_id":"x-1","booth_id":"b1","exit_time":"2026-01-05T06:10:00.000Z","license_plate":"P1"}'
+    registration = (
+        b'{"event_id":"r-1","registration_id":"R1","license_plate":"P1","expired":true,'
+        b'"registration_time":"2025-12-24T10:00:00.000Z"}'
+    )
+    decoded = decode_records(
+        raw(spark, ("toll.exits", exit_value), ("vehicle.registrations", registration)),
+        TOPICS,
+        timedelta(hours=1),
+    )
+    exits = decoded.of(TOLL_EXIT).select("event_id", "exit_time", "license_plate")
+    assertDataFrameEqual(exits, [Row(event_id="x-1", exit_time=datetime(2026, 1, 5, 6, 10), license_plate="P1")])
+    registrations = decoded.of(VEHICLE_REGISTRATION).select("registration_id", "expired")
+    assertDataFrameEqual(registrations, [Row(registration_id="R1", expired=True)])
+    assert decoded.dead_letters.count() == 0
+
+
+INVALID_JSON_CASES = [
+    (b"not json", "value is not a JSON object"),
+    (b'{"event_id": "e-1", "booth_id"', "value is not a JSON object"),
+    (b"[1, 2]", "value is not a JSON object"),
+    (b'"a string"', "value is not a JSON object"),
+    (b"\xff\xfe" + b'{"event_id":"e"}', "value is not UTF-8"),
+    (b"", "value is not a JSON object"),
+]
+
+
+def test_invalid_json(spark: SparkSession) -> None:
+    values = [value for value, _ in INVALID_JSON_CASES]
+    assert reasons_of(spark, *values) == [("invalid_json", d) for _, d in INVALID_JSON_CASES]
+
+
+def test_missing_fields_absent_or_null(spark: SparkSession) -> None:
+    assert reasons_of(spark, entry_json(booth_id=...), entry_json(toll=None, tag=None)) == [
+        ("missing_field", "missing: booth_id"),
+        ("missing_field", "missing: toll, tag"),
+    ]
+
+
+INVALID_VALUE_CASES: list[tuple[dict[str, Any], str]] = [
+    ({"vehicle_type": "1"}, "vehicle_type"),
+    ({"vehicle_type": 1.5}, "vehicle_type"),
+    ({"vehicle_type": 2**40}, "vehicle_type"),
+    ({"weight_kg": "heavy"}, "weight_kg"),
+    ({"toll": 1.234}, "toll"),
+    ({"toll": "4.50"}, "toll"),
+    ({"booth_id": ""}, "booth_id"),
+    ({"license_plate": "   "}, "license_plate"),
+    ({"event_id": 17}, "event_id"),
+    ({"entry_time": "yesterday"}, "entry_time"),
+    ({"entry_time": "2026-01-05T05:59:58"}, "entry_time"),
+    ({"entry_time": "2026-13-05T05:59:58.000Z"}, "entry_time"),
+    ({"state": 7}, "state"),
+    ({"make": {"name": "Ford"}}, "make"),
+]
+
+
+def test_invalid_values(spark: SparkSession) -> None:
+    values = [entry_json(**changes) for changes, _ in INVALID_VALUE_CASES]
+    assert reasons_of(spark, *values) == [
+        ("invalid_value", f"invalid: {field}") for _, field in INVALID_VALUE_CASES
+    ]
+
+
+def test_invalid_registration_flag(spark: SparkSession) -> None:
+    value = (
+        b'{"event_id":"r-1","registration_id":"R1","license_plate":"P1","expired":"yes",'
+        b'"registration_time":"2025-12-24T10:00:00.000Z"}'
+    )
+    assert reasons_of(spark, value, topic="vehicle.registrations") == [
+        ("invalid_value", "invalid: expired")
+    ]
+
+
+def test_event_time_too_far_after_the_record_timestamp(spark: SparkSession) -> None:
+    # sent at 06:00; one hour of skew allowed: 07:00:00.000 passes, 07:00:00.001 does not
+    at_limit = entry_json(entry_time="2026-01-05T07:00:00.000Z")
+    beyond = entry_json(entry_time="2026-01-05T07:00:00.001Z")
+    assert reasons_of(spark, at_limit, beyond) == [
+        ("future_event_time", "entry_time is more than 1:00:00 after the record timestamp")
+    ]
+
+
+def test_first_failing_rule_names_the_reason(spark: SparkSession) -> None:
+    both = entry_json(booth_id=..., vehicle_type="x", entry_time="2026-01-06T00:00:00.000Z")
+    assert reasons_of(spark, both) == [("missing_field", "missing: booth_id")]
+
+
+def test_unknown_topic_is_a_dead_letter(spark: SparkSession) -> None:
+    assert reasons_of(spark, entry_json(), topic="other.topic") == [
+        ("invalid_value", "topic carries no known event type")
+    ]
+
+
+def test_nothing_is_lost_and_dead_letters_keep_their_coordinates(spark: SparkSession) -> None:
+    values = [entry_json(), b"nope", entry_json(booth_id=""), entry_json(event_id="e-2")]
+    decoded = decode_records(raw(spark, *[("toll.entries", v) for v in values]), TOPICS, timedelta(hours=1))
+    valid = sum(frame.count() for frame in decoded.events.values())
+    assert valid == 2
+    assert [(f.name, f.dataType) for f in decoded.dead_letters.schema.fields] == [
+        (f.name, f.dataType) for f in DEAD_LETTER_SCHEMA.fields
+    ]
+    assertDataFrameEqual(
+        decoded.dead_letters.select("source_topic", "source_partition", "source_offset", "value", "reason"),
+        [
+            Row(source_topic="toll.entries", source_partition=0, source_offset=1, value=bytearray(b"nope"), reason="invalid_json"),
+            Row(source_topic="toll.entries", source_partition=0, source_offset=2, value=bytearray(entry_json(booth_id="")), reason="invalid_value"),
+        ],
+    )
