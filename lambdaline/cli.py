@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -184,29 +183,49 @@ def _print_summary(summary: event_generator.GeneratorSummary, target: str) -> No
 
 @app.command()
 def generate(
-    events: Annotated[int, typer.Option(min=0, help="toll entries (exits, registrations follow)")] = 100_000,
+    events: Annotated[
+        int, typer.Option(min=0, help="toll entries (exits, registrations follow)")
+    ] = 100_000,
     seed: Annotated[int, typer.Option(help="same seed and options, same bytes")] = 42,
-    rate: Annotated[float, typer.Option(min=0, help="cap in records/s; 0 = as fast as possible")] = 0.0,
-    start: Annotated[str, typer.Option(help="simulated start (ISO-8601), or 'now'")] = "2026-01-05T06:00:00Z",
-    speedup: Annotated[float, typer.Option(min=0, help="simulated s per real s; 0 = no pacing")] = 0.0,
+    rate: Annotated[
+        float, typer.Option(min=0, help="cap in records/s; 0 = as fast as possible")
+    ] = 0.0,
+    start: Annotated[
+        str, typer.Option(help="simulated start (ISO-8601), or 'now'")
+    ] = "2026-01-05T06:00:00Z",
+    speedup: Annotated[
+        float, typer.Option(min=0, help="simulated s per real s; 0 = no pacing")
+    ] = 0.0,
     traffic: Annotated[float, typer.Option(min=0.001, help="entries per simulated second")] = 20.0,
     booths: Annotated[int, typer.Option(min=1)] = 10,
     plates: Annotated[int, typer.Option(min=1)] = 5000,
     late: Annotated[float, typer.Option(min=0.0, max=1.0, help="fraction sent late")] = 0.02,
     late_mean: Annotated[str, typer.Option(help="mean lateness of late records")] = "3m",
     duplicate: Annotated[float, typer.Option(min=0.0, max=1.0, help="fraction sent twice")] = 0.01,
-    malformed: Annotated[float, typer.Option(min=0.0, max=1.0, help="extra malformed records")] = 0.01,
+    malformed: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="extra malformed records")
+    ] = 0.01,
     expired: Annotated[float, typer.Option(min=0.0, max=1.0, help="plates expired")] = 0.05,
-    unregistered: Annotated[float, typer.Option(min=0.0, max=1.0, help="plates never registered")] = 0.01,
-    missing_exit: Annotated[float, typer.Option(min=0.0, max=1.0, help="entries without exit")] = 0.02,
-    out_file: Annotated[Path | None, typer.Option("--out", help="write JSON lines here instead of Kafka")] = None,
-    workers: Annotated[int | None, typer.Option(min=1, help="producer processes (default: cores)")] = None,
+    unregistered: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="plates never registered")
+    ] = 0.01,
+    missing_exit: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="entries without exit")
+    ] = 0.02,
+    out_file: Annotated[
+        Path | None, typer.Option("--out", help="write JSON lines here instead of Kafka")
+    ] = None,
+    workers: Annotated[
+        int | None, typer.Option(min=1, help="producer processes (default: cores)")
+    ] = None,
 ) -> None:
     """Generate a seeded toll-booth stream to Kafka (or to a JSON-lines file)."""
     settings = _settings()
     lateness = parse_duration(late_mean)
     if not hasattr(lateness, "total_seconds"):
-        raise typer.BadParameter(f"{late_mean!r} is not a duration like 3m", param_hint="--late-mean")
+        raise typer.BadParameter(
+            f"{late_mean!r} is not a duration like 3m", param_hint="--late-mean"
+        )
     try:
         config = event_generator.GeneratorConfig(
             events=events, seed=seed,
@@ -270,7 +289,9 @@ def demo(
             kafka_broker.start(settings)
         try:
             created = [o.spec.name for o in create_topics(settings) if o.created]
-            out.print(f"kafka on {settings.kafka_bootstrap}; topics created: {created or 'none new'}")
+            out.print(
+                f"kafka on {settings.kafka_bootstrap}; topics created: {created or 'none new'}"
+            )
             config = event_generator.GeneratorConfig(
                 events=events,
                 start=datetime.now(UTC).replace(microsecond=0),
@@ -295,4 +316,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

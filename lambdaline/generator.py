@@ -177,7 +177,7 @@ class GeneratorSummary:
 
 def partition_of(key: bytes, partitions: int) -> int:
     """Kafka's default partitioner (murmur2, positive, modulo), as Java clients compute it."""
-    return (murmur2(key) & 0x7FFFFFFF) % partitions
+    return (int(murmur2(key)) & 0x7FFFFFFF) % partitions
 
 
 def _ms(instant: datetime) -> int:
@@ -208,9 +208,7 @@ class _Shard:
         self.shards = shards
         self.rng = random.Random(f"{config.seed}:{config.start.isoformat()}:{shard}")
         self.plates = [
-            plate
-            for plate in plate_pool(config)
-            if partition_of(plate.encode(), shards) == shard
+            plate for plate in plate_pool(config) if partition_of(plate.encode(), shards) == shard
         ]
         base, extra = divmod(config.events, shards)
         self.entries = base + (1 if shard < extra else 0)

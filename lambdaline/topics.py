@@ -20,7 +20,9 @@ class TopicOutcome:
 
 def create_topics(settings: Settings) -> list[TopicOutcome]:
     """Create every topic that does not exist yet; existing topics are left as they are."""
-    admin = KafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, client_id="lambdaline-topics")
+    admin = KafkaAdminClient(
+        bootstrap_servers=settings.kafka_bootstrap, client_id="lambdaline-topics"
+    )
     try:
         existing = set(admin.list_topics())
         replication = min(3, len(admin.describe_cluster()["brokers"]))
@@ -43,4 +45,3 @@ def create_topics(settings: Settings) -> list[TopicOutcome]:
         return outcomes
     finally:
         admin.close()
-

@@ -13,7 +13,6 @@ at most two decimal places; ``vehicle_type`` is a JSON integer.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import typing
 from collections.abc import Mapping
@@ -194,14 +193,17 @@ def _wire_value(value: Any) -> Any:
     return value
 
 
-@functools.cache
-def _field_names(python_type: type[Event]) -> tuple[str, ...]:
-    return tuple(field.name for field in dataclasses.fields(python_type))
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {
+    event_type.python_type: tuple(
+        field.name for field in dataclasses.fields(event_type.python_type)
+    )
+    for event_type in EVENT_TYPES
+}
 
 
 def event_to_wire(event: Event) -> dict[str, Any]:
     """The JSON object of an event, as it travels on Kafka."""
-    return {name: _wire_value(getattr(event, name)) for name in _field_names(type(event))}
+    return {name: _wire_value(getattr(event, name)) for name in _FIELD_NAMES[type(event)]}
 
 
 _compact_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode

@@ -70,7 +70,9 @@ def _run_maven(profile: JvmProfile, pom: Path, target: Path) -> None:
         raise JarResolutionError(f"Maven file {pom} not found (run from a lambdaline checkout)")
     mvn = shutil.which("mvn")
     if mvn is None:
-        raise JarResolutionError("Maven (`mvn`) is not installed; install it (e.g. apt install maven)")
+        raise JarResolutionError(
+            "Maven (`mvn`) is not installed; install it (e.g. apt install maven)"
+        )
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     command = [
@@ -99,7 +101,9 @@ def spark_kafka_jars(settings: Settings) -> list[Path]:
     """Connector jars to add to Spark: those pyspark does not already ship."""
     import pyspark
 
-    shipped = {_artifact_name(jar) for jar in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
+    shipped = {
+        _artifact_name(jar) for jar in (Path(pyspark.__file__).parent / "jars").glob("*.jar")
+    }
     return [
         jar
         for jar in resolve_jars(settings, JvmProfile.SPARK_KAFKA)

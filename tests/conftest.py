@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 
-os.environ.setdefault("PYARROW_IGNORE_TIMEZONE", "1")  # pyspark.pandas (assertDataFrameEqual) wants it
+os.environ.setdefault(
+    "PYARROW_IGNORE_TIMEZONE", "1"
+)  # pyspark.pandas (assertDataFrameEqual) wants it
 from collections.abc import Iterator
 
 import pytest
@@ -33,7 +35,9 @@ def spark() -> Iterator[SparkSession]:
 
 
 @pytest.fixture(autouse=True)
-def _isolated_settings(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> None:
+def _isolated_settings(
+    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     """Tests see default settings: no LAMBDALINE_* from the shell, no lambdaline.toml."""
     for name in list(os.environ):
         if name.startswith("LAMBDALINE_"):

@@ -72,11 +72,14 @@ def test_entry_encodes_to_compact_utf8_json() -> None:
         vehicle_type=2, weight_kg=1450.5, toll=Toll(Decimal("5.75")), tag="",
     )  # fmt: skip
     value = encode_event(entry)
-    assert value == (
-        '{"event_id":"e1","booth_id":"booth-01","entry_time":"2026-01-05T06:00:01.500Z",'
-        '"license_plate":"ÄÖÜ-0001","state":"NY","make":"Škoda","model":"Octavia",'
-        '"vehicle_type":2,"weight_kg":1450.5,"toll":5.75,"tag":""}'
-    ).encode()
+    assert (
+        value
+        == (
+            '{"event_id":"e1","booth_id":"booth-01","entry_time":"2026-01-05T06:00:01.500Z",'
+            '"license_plate":"ÄÖÜ-0001","state":"NY","make":"Škoda","model":"Octavia",'
+            '"vehicle_type":2,"weight_kg":1450.5,"toll":5.75,"tag":""}'
+        ).encode()
+    )
     assert json.loads(value)["license_plate"] == "ÄÖÜ-0001"
 
 

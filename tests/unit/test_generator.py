@@ -41,7 +41,9 @@ def test_counts_by_kind(tmp_path: Path, settings: Settings) -> None:
     assert kinds == {"entry": 4000, "exit": 4000, "registration": 300}
 
 
-def test_records_follow_kafka_partitioning_and_send_order(tmp_path: Path, settings: Settings) -> None:
+def test_records_follow_kafka_partitioning_and_send_order(
+    tmp_path: Path, settings: Settings
+) -> None:
     out = generate(tmp_path, "p.jsonl", settings, events=1500)
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     for line in lines:

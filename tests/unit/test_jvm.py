@@ -16,6 +16,8 @@ def test_kafka_broker_is_a_4x_release() -> None:
 
 
 def test_artifact_names_drop_only_the_version() -> None:
-    assert _artifact_name(Path("spark-sql-kafka-0-10_2.13-4.0.0.jar")) == "spark-sql-kafka-0-10_2.13"
+    assert (
+        _artifact_name(Path("spark-sql-kafka-0-10_2.13-4.0.0.jar")) == "spark-sql-kafka-0-10_2.13"
+    )
     assert _artifact_name(Path("kafka-clients-3.9.0.jar")) == "kafka-clients"
     assert _artifact_name(Path("zstd-jni-1.5.7-7.jar")) == "zstd-jni"

@@ -69,7 +69,9 @@ def test_a_bad_setting_fails_naming_it(
         get_settings()
 
 
-def test_unknown_setting_in_toml_is_rejected(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_unknown_setting_in_toml_is_rejected(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     config = tmp_path / "lambdaline.toml"
     config.write_text("windw = '5m'\n")
     monkeypatch.setenv("LAMBDALINE_CONFIG", str(config))

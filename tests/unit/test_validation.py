@@ -11,7 +11,6 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-import pytest
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import types as T
 from pyspark.testing import assertDataFrameEqual
@@ -50,9 +49,7 @@ ENTRY: dict[str, Any] = {
 
 def raw(spark: SparkSession, *records: tuple[str, bytes]) -> DataFrame:
     """Raw Kafka records as Spark's Kafka source yields them, one offset each."""
-    rows = [
-        (b"k", value, topic, 0, offset, SENT) for offset, (topic, value) in enumerate(records)
-    ]
+    rows = [(b"k", value, topic, 0, offset, SENT) for offset, (topic, value) in enumerate(records)]
     return spark.createDataFrame(rows, RAW_SCHEMA)
 
 
@@ -61,7 +58,9 @@ def entry_json(**changes: Any) -> bytes:
     return json.dumps({k: v for k, v in wire.items() if v is not ...}).encode()
 
 
-def reasons_of(spark: SparkSession, *values: bytes, topic: str = "toll.entries") -> list[tuple[str, str]]:
+def reasons_of(
+    spark: SparkSession, *values: bytes, topic: str = "toll.entries"
+) -> list[tuple[str, str]]:
     decoded = decode_records(raw(spark, *[(topic, v) for v in values]), TOPICS, timedelta(hours=1))
     rows = decoded.dead_letters.orderBy("source_offset").collect()
     return [(row.reason, row.detail) for row in rows]
@@ -69,7 +68,9 @@ def reasons_of(spark: SparkSession, *values: bytes, topic: str = "toll.entries")
 
 def test_a_valid_entry_is_typed_and_keeps_its_source(spark: SparkSession) -> None:
     decoded = decode_records(
-        raw(spark, ("toll.entries", entry_json(license_plate="ÄÖÜ-Ø001"))), TOPICS, timedelta(hours=1)
+        raw(spark, ("toll.entries", entry_json(license_plate="ÄÖÜ-Ø001"))),
+        TOPICS,
+        timedelta(hours=1),
     )
     expected = Row(
         event_id="e-1", booth_id="booth-01",
@@ -85,7 +86,10 @@ def test_a_valid_entry_is_typed_and_keeps_its_source(spark: SparkSession) -> Non
 
 
 def test_exits_and_registrations_are_decoded_by_their_topic(spark: SparkSession) -> None:
-    exit_value = b'{"event_id":"x-1","booth_id":"b1","exit_time":"2026-01-05T06:10:00.000Z","license_plate":"P1"}'
+    exit_value = (
+        b'{"event_id":"x-1","booth_id":"b1","exit_time":"2026-01-05T06:10:00.000Z",'
+        b'"license_plate":"P1"}'
+    )
     registration = (
         b'{"event_id":"r-1","registration_id":"R1","license_plate":"P1","expired":true,'
         b'"registration_time":"2025-12-24T10:00:00.000Z"}'
@@ -96,7 +100,9 @@ def test_exits_and_registrations_are_decoded_by_their_topic(spark: SparkSession)
         timedelta(hours=1),
     )
     exits = decoded.of(TOLL_EXIT).select("event_id", "exit_time", "license_plate")
-    assertDataFrameEqual(exits, [Row(event_id="x-1", exit_time=datetime(2026, 1, 5, 6, 10), license_plate="P1")])
+    assertDataFrameEqual(
+        exits, [Row(event_id="x-1", exit_time=datetime(2026, 1, 5, 6, 10), license_plate="P1")]
+    )
     registrations = decoded.of(VEHICLE_REGISTRATION).select("registration_id", "expired")
     assertDataFrameEqual(registrations, [Row(registration_id="R1", expired=True)])
     assert decoded.dead_letters.count() == 0
@@ -181,16 +187,32 @@ def test_unknown_topic_is_a_dead_letter(spark: SparkSession) -> None:
 
 def test_nothing_is_lost_and_dead_letters_keep_their_coordinates(spark: SparkSession) -> None:
     values = [entry_json(), b"nope", entry_json(booth_id=""), entry_json(event_id="e-2")]
-    decoded = decode_records(raw(spark, *[("toll.entries", v) for v in values]), TOPICS, timedelta(hours=1))
+    decoded = decode_records(
+        raw(spark, *[("toll.entries", v) for v in values]), TOPICS, timedelta(hours=1)
+    )
     valid = sum(frame.count() for frame in decoded.events.values())
     assert valid == 2
     assert [(f.name, f.dataType) for f in decoded.dead_letters.schema.fields] == [
         (f.name, f.dataType) for f in DEAD_LETTER_SCHEMA.fields
     ]
     assertDataFrameEqual(
-        decoded.dead_letters.select("source_topic", "source_partition", "source_offset", "value", "reason"),
+        decoded.dead_letters.select(
+            "source_topic", "source_partition", "source_offset", "value", "reason"
+        ),
         [
-            Row(source_topic="toll.entries", source_partition=0, source_offset=1, value=bytearray(b"nope"), reason="invalid_json"),
-            Row(source_topic="toll.entries", source_partition=0, source_offset=2, value=bytearray(entry_json(booth_id="")), reason="invalid_value"),
+            Row(
+                source_topic="toll.entries",
+                source_partition=0,
+                source_offset=1,
+                value=bytearray(b"nope"),
+                reason="invalid_json",
+            ),
+            Row(
+                source_topic="toll.entries",
+                source_partition=0,
+                source_offset=2,
+                value=bytearray(entry_json(booth_id="")),
+                reason="invalid_value",
+            ),
         ],
     )

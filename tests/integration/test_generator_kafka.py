@@ -1,0 +1,74 @@
+"""Generate to the real broker, read everything back, and validate it with Spark."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import UTC, datetime
+
+import pytest
+from kafka import KafkaConsumer
+from pyspark.sql import SparkSession
+
+from lambdaline.generator import KIND_HEADER, GeneratorConfig, send_to_kafka
+from shared.settings import Settings
+from shared.topics import input_topics
+from shared.validation import decode_records
+from tests.unit.test_validation import RAW_SCHEMA
+
+pytestmark = pytest.mark.integration
+
+
+def test_generated_stream_round_trips_and_malformed_records_fail_validation(
+    kafka: Settings, spark: SparkSession
+) -> None:
+    config = GeneratorConfig(
+        events=3000, seed=11, plates=400, malformed=0.05, duplicate=0.05,
+        start=datetime(2026, 2, 1, 8, tzinfo=UTC),
+    )  # fmt: skip
+    summary = send_to_kafka(config, kafka, workers=2)
+    assert summary.by_kind["entry"] == 3000
+
+    consumer = KafkaConsumer(
+        *input_topics(kafka),
+        bootstrap_servers=kafka.kafka_bootstrap,
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=5000,
+        group_id=None,
+    )
+    records = list(consumer)
+    consumer.close()
+
+    kind_of = [dict(record.headers)[KIND_HEADER].decode() for record in records]
+    assert len(records) == summary.records
+    assert Counter(kind_of) == summary.by_kind
+    assert Counter(record.topic for record in records) == summary.by_topic
+    # 5 % of 3,000 entries are malformed and 5 % of records duplicated: both clearly present
+    assert sum(1 for k in kind_of if k.startswith("malformed:")) > 75
+    assert summary.by_kind["duplicate"] > 150
+
+    rows = [
+        (
+            r.key,
+            r.value,
+            r.topic,
+            r.partition,
+            r.offset,
+            datetime.fromtimestamp(r.timestamp / 1000, UTC),
+        )
+        for r in records
+    ]
+    decoded = decode_records(
+        spark.createDataFrame(rows, RAW_SCHEMA), kafka.topics, kafka.max_future_skew
+    )
+    expected_reason = {
+        (r.topic, r.partition, r.offset): kind.removeprefix("malformed:")
+        for r, kind in zip(records, kind_of, strict=True)
+        if kind.startswith("malformed:")
+    }
+    dead = {
+        (row.source_topic, row.source_partition, row.source_offset): row.reason
+        for row in decoded.dead_letters.collect()
+    }
+    assert dead == expected_reason  # every malformed record, with its reason, and nothing else
+    valid = sum(frame.count() for frame in decoded.events.values())
+    assert valid + len(dead) == len(records)

@@ -1,0 +1,68 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.admin import ConfigResource, ConfigResourceType
+
+from lambdaline import kafka_broker
+from lambdaline.topics import create_topics
+from shared.settings import Settings
+from tests.integration.conftest import broker_settings
+
+pytestmark = pytest.mark.integration
+
+
+def test_topics_are_created_once_with_their_configuration(kafka: Settings) -> None:
+    assert all(not outcome.created for outcome in create_topics(kafka))  # fixture made them
+    admin = KafkaAdminClient(bootstrap_servers=kafka.kafka_bootstrap)
+    try:
+        described = {t["name"]: t for t in admin.describe_topics(["toll.entries"])}
+        assert len(described["toll.entries"]["partitions"]) == 2
+        configs = admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, "speed.booth_stats")]
+        )["topic"]["speed.booth_stats"]
+        assert configs["cleanup.policy"]["value"] == "compact,delete"
+        assert configs["retention.ms"]["value"] == str(3 * 24 * 3600 * 1000)
+        assert {"toll.entries", "toll.exits", "vehicle.registrations", "dead.letters",
+                "speed.booth_stats", "speed.vehicle_trips", "speed.expired_registrations",
+                "speed.diagnostics", "speed.progress"} <= set(admin.list_topics())  # fmt: skip
+    finally:
+        admin.close()
+
+
+def test_start_is_idempotent_stop_waits_and_data_survives(tmp_path: Path) -> None:
+    settings = broker_settings(tmp_path)
+    first = kafka_broker.start(settings)
+    try:
+        assert first.running and first.answering and first.pid is not None
+        assert kafka_broker.start(settings).pid == first.pid
+        create_topics(settings)
+        producer = KafkaProducer(bootstrap_servers=settings.kafka_bootstrap)
+        producer.send("toll.exits", value=b"kept", key=b"P", partition=0).get(timeout=30)
+        producer.close()
+        assert kafka_broker.stop(settings) == first.pid
+        assert not Path(f"/proc/{first.pid}").exists()
+        assert not kafka_broker.status(settings).running
+
+        second = kafka_broker.start(settings)
+        assert second.pid != first.pid
+        consumer = KafkaConsumer(
+            bootstrap_servers=settings.kafka_bootstrap, consumer_timeout_ms=10_000
+        )
+        consumer.assign([TopicPartition("toll.exits", 0)])
+        consumer.seek_to_beginning()
+        assert [record.value for record in consumer] == [b"kept"]
+        consumer.close()
+    finally:
+        kafka_broker.stop(settings)
+    assert kafka_broker.stop(settings) is None  # stopping twice is harmless
+
+
+def test_start_refuses_a_port_in_use(kafka: Settings, tmp_path: Path) -> None:
+    clash = Settings(
+        state_dir=tmp_path, kafka_bootstrap=kafka.kafka_bootstrap, kafka_controller_port=1
+    )
+    with pytest.raises(kafka_broker.BrokerError, match="already in use"):
+        kafka_broker.start(clash)
