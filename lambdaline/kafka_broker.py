@@ -115,6 +115,9 @@ def server_properties(settings: Settings, paths: BrokerPaths) -> str:
         "num.network.threads": "2",
         "num.io.threads": "4",
         "message.max.bytes": str(8 * 1024 * 1024),
+        # The generator runs simulated time, possibly ahead of the wall clock; Kafka 4
+        # would otherwise reject record timestamps more than an hour in the future.
+        "log.message.timestamp.after.max.ms": str(2**63 - 1),
     }
     return "".join(f"{key}={value}\n" for key, value in properties.items())
 

@@ -1,0 +1,73 @@
+"""Generator throughput against the embedded broker (a measurement, not a test).
+
+    .venv/bin/python benchmarks/generator_throughput.py [--events N] [--workers W]
+
+Starts its own broker on free ports in a temporary state folder, creates the
+topics, sends N entries (with the exits, registrations, duplicates and malformed
+records they imply) and prints records/s, entries/s and CPU seconds of the
+generator processes. The broker shares the machine's cores, as it does in the demo.
+The broker is stopped by pid at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import resource
+import socket
+import tempfile
+from pathlib import Path
+
+from lambdaline import kafka_broker
+from lambdaline.generator import GeneratorConfig, send_to_kafka
+from lambdaline.topics import create_topics
+from shared.jvm import pom_properties
+from shared.settings import Settings
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=500_000, help="entries to generate")
+    parser.add_argument("--workers", type=int, default=None, help="producer processes")
+    parser.add_argument("--partitions", type=int, default=2)
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="lambdaline-bench-") as state:
+        settings = Settings(
+            state_dir=Path(state),
+            kafka_bootstrap=f"127.0.0.1:{_free_port()}",
+            kafka_controller_port=_free_port(),
+            kafka_partitions=args.partitions,
+        )
+        kafka_broker.start(settings)
+        try:
+            create_topics(settings)
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            summary = send_to_kafka(GeneratorConfig(events=args.events), settings, args.workers)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        finally:
+            kafka_broker.stop(settings)
+
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    records = summary.records
+    python, kafka = platform.python_version(), pom_properties()["kafka.version"]
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {python}")
+    print(f"broker: Kafka {kafka}, embedded, {args.partitions} partitions per topic")
+    entries = summary.by_kind["entry"]
+    print(f"entries: {entries:,}  records: {records:,}  wall: {summary.seconds:.1f} s")
+    print(
+        f"throughput: {records / summary.seconds:,.0f} records/s, "
+        f"{summary.by_kind['entry'] / summary.seconds:,.0f} entries/s"
+    )
+    print(f"generator CPU: {cpu:.1f} s = {records / cpu:,.0f} records per CPU-second")
+
+
+if __name__ == "__main__":
+    main()
