@@ -51,6 +51,7 @@ from typing import Any
 from kafka import KafkaProducer
 from kafka.partitioner.default import murmur2
 
+from lambdaline.kafka_broker import admin_client
 from shared.events import (
     BoothId,
     EventId,
@@ -76,6 +77,7 @@ _MAKES = {
     "Škoda": ("Octavia", "Superb"),
     "Tesla": ("Model 3", "Model Y"),
 }
+_MAKE_NAMES = tuple(_MAKES)
 _PLATE_LETTERS = "ABCDEFGHJKLMNPRSTUVWXYZ"
 _UNICODE_PLATE_LETTERS = "ÄÖÜÅØÆŁŽ"
 _MALFORMED_CLASSES = (
@@ -257,7 +259,7 @@ class _Shard:
     def entry(self, entry_time: datetime) -> None:
         rng = self.rng
         plate = rng.choice(self.plates)
-        make = rng.choice(list(_MAKES))
+        make = rng.choice(_MAKE_NAMES)
         booth = BoothId(f"booth-{rng.randrange(self.config.booths) + 1:02d}")
         entry = TollEntry(
             event_id=self._event_id(),
@@ -388,7 +390,7 @@ def producer_config(settings: Settings) -> dict[str, Any]:
         "client_id": "lambdaline-generator",
         "acks": 1,
         "compression_type": "lz4",
-        "linger_ms": 20,
+        "linger_ms": 250,
         "batch_size": 512 * 1024,
         "max_request_size": 8 * 1024 * 1024,
     }
@@ -464,6 +466,7 @@ def send_to_kafka(
     on_progress: Callable[[int], None] | None = None,
 ) -> GeneratorSummary:
     """Send the stream with one producer process per worker; return the summary."""
+    admin_client(settings, client_id="lambdaline-generator").close()  # fail fast if unreachable
     shards = list(range(settings.kafka_partitions))
     workers = max(1, min(workers or multiprocessing.cpu_count(), len(shards)))
     assignment = [shards[w::workers] for w in range(workers)]

@@ -23,6 +23,7 @@ import subprocess
 import time
 import uuid
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 from kafka import KafkaAdminClient
@@ -176,17 +177,37 @@ def _port_open(host: str, port: int) -> bool:
         return probe.connect_ex((host, port)) == 0
 
 
+def _bootstrap_servers(settings: Settings) -> list[tuple[str, int]]:
+    servers = []
+    for server in settings.kafka_bootstrap.split(","):
+        host, _, port = server.strip().rpartition(":")
+        servers.append((host, int(port)))
+    return servers
+
+
+def admin_client(settings: Settings, client_id: str = "lambdaline") -> KafkaAdminClient:
+    """An admin client for the configured cluster, failing fast if no bootstrap server listens.
+
+    kafka-python waits ``kafka_timeout`` to bootstrap and then leaves its network
+    thread running until its own timeouts pass; a refused connection is known at
+    once, so it is checked first.
+    """
+    if not any(_port_open(host, port) for host, port in _bootstrap_servers(settings)):
+        raise KafkaConnectionError(f"nothing listens on {settings.kafka_bootstrap}")
+    timeout_ms = int(settings.kafka_timeout.total_seconds() * 1000)
+    return KafkaAdminClient(
+        bootstrap_servers=settings.kafka_bootstrap,
+        client_id=client_id,
+        request_timeout_ms=timeout_ms,
+        bootstrap_timeout_ms=timeout_ms,
+    )
+
+
 def _answers(settings: Settings, timeout_ms: int = 2000) -> bool:
-    """True if the first bootstrap server answers a cluster description."""
-    if not _port_open(settings.bootstrap_host, settings.bootstrap_port):
-        return False
+    """True if the cluster answers a cluster description."""
+    probe = settings.model_copy(update={"kafka_timeout": timedelta(milliseconds=timeout_ms)})
     try:
-        admin = KafkaAdminClient(
-            bootstrap_servers=settings.kafka_bootstrap,
-            request_timeout_ms=timeout_ms,
-            bootstrap_timeout_ms=timeout_ms,
-            client_id="lambdaline-probe",
-        )
+        admin = admin_client(probe, client_id="lambdaline-probe")
     except (KafkaConnectionError, KafkaTimeoutError):
         return False
     try:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kafka import KafkaAdminClient
 from kafka.admin import NewTopic
 from kafka.errors import TopicAlreadyExistsError
 
+from lambdaline.kafka_broker import admin_client
 from shared.settings import Settings
 from shared.topics import TopicSpec, all_topics
 
@@ -20,9 +20,7 @@ class TopicOutcome:
 
 def create_topics(settings: Settings) -> list[TopicOutcome]:
     """Create every topic that does not exist yet; existing topics are left as they are."""
-    admin = KafkaAdminClient(
-        bootstrap_servers=settings.kafka_bootstrap, client_id="lambdaline-topics"
-    )
+    admin = admin_client(settings, client_id="lambdaline-topics")
     try:
         existing = set(admin.list_topics())
         replication = min(3, len(admin.describe_cluster()["brokers"]))

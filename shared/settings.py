@@ -102,6 +102,9 @@ class Settings(BaseSettings):
     kafka_heap: str = Field("1g", pattern=r"^\d+[kmgKMG]$", description="broker JVM heap (-Xmx)")
     kafka_partitions: int = Field(2, ge=1, le=1024, description="partitions per created topic")
     kafka_start_timeout: Duration = Field(timedelta(seconds=90))
+    kafka_timeout: Duration = Field(
+        timedelta(seconds=30), description="how long clients wait for the cluster to answer"
+    )
     speed_retention: Duration = Field(
         timedelta(days=3), description="retention of speed.* topics (>= 3 batch periods)"
     )
@@ -129,7 +132,9 @@ class Settings(BaseSettings):
                 raise ValueError(f"{server!r} is not host:port")
         return value
 
-    @field_validator("window", "max_trip", "watermark", "max_future_skew", "speed_retention")
+    @field_validator(
+        "window", "max_trip", "watermark", "max_future_skew", "speed_retention", "kafka_timeout"
+    )
     @classmethod
     def _positive(cls, value: timedelta) -> timedelta:
         if value <= timedelta(0):

@@ -1,0 +1,101 @@
+"""The command line's answers to bad input: a clear message and a non-zero exit."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from lambdaline.cli import app
+from shared.jvm import JarResolutionError, JvmProfile, resolve_jars
+from shared.settings import Settings
+
+runner = CliRunner()
+
+
+def test_help_lists_the_commands() -> None:
+    result = runner.invoke(app, ["--help"])
+    assert result.exit_code == 0
+    for command in ("kafka", "topics", "generate", "demo", "jvm"):
+        assert command in result.output
+
+
+def test_a_bad_setting_stops_any_command_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LAMBDALINE_WATERMARK", "two minutes")
+    result = runner.invoke(app, ["kafka", "status"])
+    assert result.exit_code == 2
+    assert "LAMBDALINE_WATERMARK" in result.output
+
+
+def test_generate_rejects_a_start_without_time_zone(tmp_path: Path) -> None:
+    out = tmp_path / "x.jsonl"
+    result = runner.invoke(
+        app, ["generate", "--events", "5", "--start", "2026-01-01T00:00:00", "--out", str(out)]
+    )
+    assert result.exit_code == 2
+    assert "time zone" in result.output
+    assert not out.exists()
+
+
+def test_generate_rejects_a_fraction_above_one(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["generate", "--malformed", "1.5", "--out", str(tmp_path / "x")])
+    assert result.exit_code == 2
+    assert "--malformed" in result.output
+
+
+def test_generate_to_a_file(tmp_path: Path) -> None:
+    out = tmp_path / "stream.jsonl"
+    result = runner.invoke(
+        app, ["generate", "--events", "50", "--plates", "20", "--malformed", "0", "--duplicate",
+              "0", "--missing-exit", "0", "--unregistered", "0", "--out", str(out)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    kinds = [json.loads(line)["kind"] for line in out.read_text().splitlines()]
+    assert kinds.count("entry") == 50
+    assert kinds.count("exit") == 50
+    assert kinds.count("registration") == 20
+
+
+def test_kafka_status_exits_non_zero_when_no_broker_runs(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("LAMBDALINE_STATE_DIR", str(tmp_path))
+    monkeypatch.setenv("LAMBDALINE_KAFKA_BOOTSTRAP", "127.0.0.1:1")
+    result = runner.invoke(app, ["kafka", "status"])
+    assert result.exit_code == 3
+    assert "not running" in result.output
+
+
+def test_topics_create_names_the_unreachable_broker(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LAMBDALINE_KAFKA_BOOTSTRAP", "127.0.0.1:1")
+    monkeypatch.setenv("LAMBDALINE_KAFKA_TIMEOUT", "2s")
+    result = runner.invoke(app, ["topics", "create"])
+    assert result.exit_code == 1
+    assert "cannot reach Kafka at 127.0.0.1:1" in result.output
+
+
+def _fake_mvn(folder: Path, output: str) -> None:
+    """A stand-in `mvn` that fails as Maven does when Maven Central is out of reach."""
+    script = folder / "mvn"
+    script.write_text(f"#!/bin/sh\ncat <<'EOF'\n{output}\nEOF\nexit 1\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+
+
+def test_unreachable_maven_central_is_said_plainly(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _fake_mvn(
+        tmp_path,
+        "[ERROR] Failed to execute goal on project lambdaline-jvm: Could not resolve dependencies"
+        " ... Could not transfer artifact org.apache.kafka:kafka_2.13:pom:4.3.1 from/to central:"
+        " Unknown host repo.example: Name or service not known -> [Help 1]",
+    )
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    settings = Settings(jvm_cache_dir=tmp_path / "cache")
+    with pytest.raises(JarResolutionError, match="cannot reach Maven Central"):
+        resolve_jars(settings, JvmProfile.KAFKA_BROKER)
+    assert not any((tmp_path / "cache").iterdir())  # nothing half-resolved is left behind
