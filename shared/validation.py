@@ -82,19 +82,43 @@ def _json_of(name: str) -> Column:
     return F.variant_get(F.col("_json"), f"$.{name}", "variant")
 
 
-def _json_type_of(name: str) -> Column:
-    return F.schema_of_variant(_json_of(name))
+def _json_type(name: str) -> Column:
+    """The JSON type of a field (``STRING``, ``BIGINT``, ``VOID`` for null; null if absent)."""
+    return F.col(f"_json_type.{name}")
+
+
+def _json_text(name: str) -> Column:
+    return F.col(f"_json_text.{name}")
+
+
+def _with_field_types(parsed: DataFrame) -> DataFrame:
+    """Look up every field's JSON type and text once, as columns the rules then read.
+
+    The lookups are produced by a Generate node (``inline`` of a one-element
+    array), which the optimizer cannot see through. Without it, Spark pushes the
+    ``reason IS NULL`` filter down by substituting every lookup into every rule
+    that reads it, and the generated Java method outgrows the JVM's 64 KB limit:
+    codegen then fails and Spark falls back to interpreting, slowly, on every
+    query (every micro-batch, in the speed layer).
+    """
+    names = sorted({field.name for event_type in EVENT_TYPES for field in event_type.fields})
+    types = F.struct(*[F.schema_of_variant(_json_of(name)).alias(name) for name in names])
+    texts = F.struct(
+        *[F.variant_get(F.col("_json"), f"$.{name}", "string").alias(name) for name in names]
+    )
+    lookups = F.array(F.struct(types.alias("_json_type"), texts.alias("_json_text")))
+    return parsed.select("*", F.inline(lookups))
 
 
 def _is_missing(field: EventField) -> Column:
-    json_type = _json_type_of(field.name)
+    json_type = _json_type(field.name)
     return json_type.isNull() | (json_type == "VOID")
 
 
 def _is_invalid(field: EventField) -> Column:
     """True where a present field breaks its kind's rule."""
-    json_type = _json_type_of(field.name)
-    text = F.variant_get(_json_of(field.name), "$", "string")
+    json_type = _json_type(field.name)
+    text = _json_text(field.name)
     match field.kind:
         case FieldKind.TEXT:
             valid = json_type == "STRING"
@@ -121,8 +145,7 @@ def _is_invalid(field: EventField) -> Column:
 
 def _typed_value(field: EventField) -> Column:
     if field.kind is FieldKind.TIMESTAMP:
-        text = F.variant_get(_json_of(field.name), "$", "string")
-        return text.try_cast(T.TimestampType()).alias(field.name)
+        return _json_text(field.name).try_cast(T.TimestampType()).alias(field.name)
     return F.try_variant_get(_json_of(field.name), "$", field.spark_type.simpleString()).alias(
         field.name
     )
@@ -133,36 +156,16 @@ def _names_where(checks: list[tuple[str, Column]]) -> Column:
     return F.concat_ws(", ", *[F.when(check, F.lit(name)) for name, check in checks])
 
 
-def _failure_of(event_type: EventType, max_future_skew: timedelta) -> tuple[Column, Column]:
-    """(reason, detail) of a parsed JSON object of this event type; reason null if valid."""
+def _failures(event_type: EventType) -> Column:
+    """The names of missing and of invalid fields of a JSON object of this event type."""
     fields = event_type.fields
-    missing = [(f.name, _is_missing(f)) for f in fields]
-    invalid = [(f.name, ~_is_missing(f) & _is_invalid(f)) for f in fields]
-    event_time = F.variant_get(_json_of(event_type.time_field), "$", "string").try_cast(
-        T.TimestampType()
-    )
-    latest_allowed = F.col("timestamp") + F.make_dt_interval(
-        secs=F.lit(max_future_skew.total_seconds())
-    )
-    any_missing = F.greatest(*[check for _, check in missing])
-    any_invalid = F.greatest(*[check for _, check in invalid])
-    reason = (
-        F.when(any_missing, F.lit(DeadLetterReason.MISSING_FIELD.value))
-        .when(any_invalid, F.lit(DeadLetterReason.INVALID_VALUE.value))
-        .when(event_time > latest_allowed, F.lit(DeadLetterReason.FUTURE_EVENT_TIME.value))
-    )
-    detail = (
-        F.when(any_missing, F.concat(F.lit("missing: "), _names_where(missing)))
-        .when(any_invalid, F.concat(F.lit("invalid: "), _names_where(invalid)))
-        .when(
-            event_time > latest_allowed,
-            F.concat(
-                F.lit(f"{event_type.time_field} is more than {max_future_skew} after the record "),
-                F.lit("timestamp"),
-            ),
-        )
-    )
-    return reason, detail
+    missing = _names_where([(f.name, _is_missing(f)) for f in fields])
+    invalid = _names_where([(f.name, ~_is_missing(f) & _is_invalid(f)) for f in fields])
+    return F.struct(missing.alias("missing"), invalid.alias("invalid"))
+
+
+def _event_time(event_type: EventType) -> Column:
+    return _json_text(event_type.time_field).try_cast(T.TimestampType())
 
 
 def decode_records(
@@ -174,44 +177,70 @@ def decode_records(
     schema (:attr:`EventType.spark_schema`) followed by the ``SOURCE_COLUMNS``.
     """
     text = F.col("value").cast(T.StringType())
-    parsed = raw.withColumn(
-        "_json", F.when(F.is_valid_utf8(text), F.try_parse_json(text))
-    ).withColumn("_json_type", F.schema_of_variant(F.col("_json")))
+    is_utf8 = F.coalesce(F.is_valid_utf8(text), F.lit(False))
+    parsed = raw.withColumn("_json", F.when(is_utf8, F.try_parse_json(text)))
+    is_object = F.coalesce(F.schema_of_variant(F.col("_json")).startswith("OBJECT<"), F.lit(False))
+    typed = _with_field_types(
+        parsed.withColumn("_is_utf8", is_utf8).withColumn("_is_object", is_object)
+    )
 
-    is_object = F.coalesce(F.col("_json_type").startswith("OBJECT<"), F.lit(False))
-    reason: Column = F.when(~is_object, F.lit(DeadLetterReason.INVALID_JSON.value))
-    detail: Column = F.when(
-        ~F.coalesce(F.is_valid_utf8(text), F.lit(False)), F.lit("value is not UTF-8")
-    ).when(~is_object, F.lit("value is not a JSON object"))
-    known_topics = []
+    failures: Column = F.lit(None)
+    event_time: Column = F.lit(None).cast(T.TimestampType())
+    known_topic: Column = F.lit(False)
     for event_type in EVENT_TYPES:
-        topic = event_type.topic(topics)
-        known_topics.append(topic)
-        type_reason, type_detail = _failure_of(event_type, max_future_skew)
-        reason = reason.when(F.col("topic") == topic, type_reason)
-        detail = detail.when(F.col("topic") == topic, type_detail)
-    reason = reason.otherwise(F.lit(DeadLetterReason.INVALID_VALUE.value))
-    detail = detail.otherwise(F.lit("topic carries no known event type"))
+        of_type = F.col("topic") == event_type.topic(topics)
+        failures = F.when(of_type, _failures(event_type)).otherwise(failures)
+        event_time = F.when(of_type, _event_time(event_type)).otherwise(event_time)
+        known_topic = known_topic | of_type
+    checked = typed.withColumn("_failures", failures).withColumn("_event_time", event_time)
 
-    checked = parsed.withColumn("_reason", reason).withColumn("_detail", detail)
+    latest_allowed = F.col("timestamp") + F.make_dt_interval(
+        secs=F.lit(max_future_skew.total_seconds())
+    )
+    missing, invalid = F.col("_failures.missing"), F.col("_failures.invalid")
+    reason = (
+        F.when(~F.col("_is_object"), F.lit(DeadLetterReason.INVALID_JSON.value))
+        .when(~known_topic, F.lit(DeadLetterReason.INVALID_VALUE.value))
+        .when(missing != "", F.lit(DeadLetterReason.MISSING_FIELD.value))
+        .when(invalid != "", F.lit(DeadLetterReason.INVALID_VALUE.value))
+        .when(
+            F.col("_event_time") > latest_allowed, F.lit(DeadLetterReason.FUTURE_EVENT_TIME.value)
+        )
+    )
+    detail = (
+        F.when(~F.col("_is_utf8"), F.lit("value is not UTF-8"))
+        .when(~F.col("_is_object"), F.lit("value is not a JSON object"))
+        .when(~known_topic, F.lit("topic carries no known event type"))
+        .when(missing != "", F.concat(F.lit("missing: "), missing))
+        .when(invalid != "", F.concat(F.lit("invalid: "), invalid))
+        .otherwise(
+            F.concat(
+                F.lit("event time is more than "),
+                F.lit(str(max_future_skew)),
+                F.lit(" after the record timestamp"),
+            )
+        )
+    )
+    classified = checked.withColumn("_reason", reason)
+
     source = [
         F.col("topic").alias("source_topic"),
         F.col("partition").cast(T.IntegerType()).alias("source_partition"),
         F.col("offset").cast(T.LongType()).alias("source_offset"),
         F.col("timestamp").alias("source_timestamp"),
     ]
-    valid = checked.where(F.col("_reason").isNull())
+    valid = classified.where(F.col("_reason").isNull())
     events = {
         event_type.name: valid.where(F.col("topic") == event_type.topic(topics)).select(
             *[_typed_value(field) for field in event_type.fields], *source
         )
         for event_type in EVENT_TYPES
     }
-    dead_letters = checked.where(F.col("_reason").isNotNull()).select(
+    dead_letters = classified.where(F.col("_reason").isNotNull()).select(
         *source,
         F.col("key"),
         F.col("value"),
         F.col("_reason").alias("reason"),
-        F.coalesce(F.col("_detail"), F.lit("")).alias("detail"),
+        detail.alias("detail"),
     )
     return DecodedRecords(events=events, dead_letters=dead_letters)

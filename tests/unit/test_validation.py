@@ -170,7 +170,7 @@ def test_event_time_too_far_after_the_record_timestamp(spark: SparkSession) -> N
     at_limit = entry_json(entry_time="2026-01-05T07:00:00.000Z")
     beyond = entry_json(entry_time="2026-01-05T07:00:00.001Z")
     assert reasons_of(spark, at_limit, beyond) == [
-        ("future_event_time", "entry_time is more than 1:00:00 after the record timestamp")
+        ("future_event_time", "event time is more than 1:00:00 after the record timestamp")
     ]
 
 
