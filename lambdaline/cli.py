@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from kafka.errors import KafkaConnectionError, KafkaTimeoutError
@@ -23,6 +23,7 @@ from rich.table import Table
 from lambdaline import generator as event_generator
 from lambdaline import kafka_broker
 from lambdaline.topics import create_topics
+from shared.events import format_instant
 from shared.jvm import JarResolutionError, JvmProfile, resolve_jars
 from shared.settings import Settings, SettingsError, get_settings, parse_duration
 
@@ -181,37 +182,56 @@ def _print_summary(summary: event_generator.GeneratorSummary, target: str) -> No
         out.print(f"simulated send times {first:%Y-%m-%dT%H:%M:%SZ} .. {last:%Y-%m-%dT%H:%M:%SZ}")
 
 
+_GENERATOR_DEFAULTS = event_generator.GeneratorConfig(events=100_000)
+_DEFAULT_START = format_instant(_GENERATOR_DEFAULTS.start)
+_DEFAULT_LATE_MEAN = f"{int(_GENERATOR_DEFAULTS.late_mean.total_seconds())}s"
+
+
+def _fraction(help_text: str) -> Any:
+    return typer.Option(min=0.0, max=1.0, help=help_text)
+
+
 @app.command()
 def generate(
     events: Annotated[
         int, typer.Option(min=0, help="toll entries (exits, registrations follow)")
-    ] = 100_000,
-    seed: Annotated[int, typer.Option(help="same seed and options, same bytes")] = 42,
+    ] = _GENERATOR_DEFAULTS.events,
+    seed: Annotated[
+        int, typer.Option(help="same seed and options, same bytes")
+    ] = _GENERATOR_DEFAULTS.seed,
     rate: Annotated[
         float, typer.Option(min=0, help="cap in records/s; 0 = as fast as possible")
-    ] = 0.0,
+    ] = _GENERATOR_DEFAULTS.rate,
     start: Annotated[
         str, typer.Option(help="simulated start (ISO-8601), or 'now'")
-    ] = "2026-01-05T06:00:00Z",
+    ] = _DEFAULT_START,
     speedup: Annotated[
         float, typer.Option(min=0, help="simulated s per real s; 0 = no pacing")
-    ] = 0.0,
-    traffic: Annotated[float, typer.Option(min=0.001, help="entries per simulated second")] = 20.0,
-    booths: Annotated[int, typer.Option(min=1)] = 10,
-    plates: Annotated[int, typer.Option(min=1)] = 5000,
-    late: Annotated[float, typer.Option(min=0.0, max=1.0, help="fraction sent late")] = 0.02,
-    late_mean: Annotated[str, typer.Option(help="mean lateness of late records")] = "3m",
-    duplicate: Annotated[float, typer.Option(min=0.0, max=1.0, help="fraction sent twice")] = 0.01,
+    ] = _GENERATOR_DEFAULTS.speedup,
+    traffic: Annotated[
+        float, typer.Option(min=0.001, help="entries per simulated second")
+    ] = _GENERATOR_DEFAULTS.traffic,
+    booths: Annotated[int, typer.Option(min=1)] = _GENERATOR_DEFAULTS.booths,
+    plates: Annotated[int, typer.Option(min=1)] = _GENERATOR_DEFAULTS.plates,
+    late: Annotated[float, _fraction("fraction of records sent late")] = _GENERATOR_DEFAULTS.late,
+    late_mean: Annotated[
+        str, typer.Option(help="mean lateness of late records")
+    ] = _DEFAULT_LATE_MEAN,
+    duplicate: Annotated[
+        float, _fraction("fraction of records sent twice")
+    ] = _GENERATOR_DEFAULTS.duplicate,
     malformed: Annotated[
-        float, typer.Option(min=0.0, max=1.0, help="extra malformed records")
-    ] = 0.01,
-    expired: Annotated[float, typer.Option(min=0.0, max=1.0, help="plates expired")] = 0.05,
+        float, _fraction("extra malformed records, per entry")
+    ] = _GENERATOR_DEFAULTS.malformed,
+    expired: Annotated[
+        float, _fraction("plates whose registration expired")
+    ] = _GENERATOR_DEFAULTS.expired,
     unregistered: Annotated[
-        float, typer.Option(min=0.0, max=1.0, help="plates never registered")
-    ] = 0.01,
+        float, _fraction("plates never registered")
+    ] = _GENERATOR_DEFAULTS.unregistered,
     missing_exit: Annotated[
-        float, typer.Option(min=0.0, max=1.0, help="entries without exit")
-    ] = 0.02,
+        float, _fraction("entries without exit")
+    ] = _GENERATOR_DEFAULTS.missing_exit,
     out_file: Annotated[
         Path | None, typer.Option("--out", help="write JSON lines here instead of Kafka")
     ] = None,
@@ -233,7 +253,6 @@ def generate(
             traffic=traffic, rate=rate, speedup=speedup, booths=booths, plates=plates,
             late=late, late_mean=lateness, duplicate=duplicate, malformed=malformed,
             expired=expired, unregistered=unregistered, missing_exit=missing_exit,
-            max_trip=settings.max_trip, max_future_skew=settings.max_future_skew,
         )  # fmt: skip
     except ValueError as error:
         raise typer.BadParameter(str(error)) from None
@@ -296,8 +315,6 @@ def demo(
                 events=events,
                 start=datetime.now(UTC).replace(microsecond=0),
                 rate=rate,
-                max_trip=settings.max_trip,
-                max_future_skew=settings.max_future_skew,
             )
             out.print(f"streaming {events:,} entries at up to {rate:,.0f} records/s (Ctrl-C stops)")
             summary = _run_generator(config, settings, None, None)

@@ -6,7 +6,7 @@ Vehicles (``plates``) arrive at ``booths`` as a Poisson process of ``traffic``
 entries per simulated second, starting at ``start``. Each entry implies:
 
 * an exit at the same booth after a log-normal trip (median 12 min, capped below
-  ``max_trip``), unless the entry is one of the ``missing_exit`` fraction;
+  the ``max_trip`` setting), unless the entry is one of the ``missing_exit`` fraction;
 * a registration of its plate recorded 1-30 days before ``start`` (sent first),
   expired for the ``expired`` fraction of plates and absent for the
   ``unregistered`` fraction.
@@ -107,8 +107,6 @@ class GeneratorConfig:
     expired: float = 0.05
     unregistered: float = 0.01
     missing_exit: float = 0.02
-    max_trip: timedelta = timedelta(hours=1)
-    max_future_skew: timedelta = timedelta(hours=1)
 
     def __post_init__(self) -> None:
         if self.events < 0:
@@ -206,6 +204,8 @@ class _Shard:
     def __init__(self, config: GeneratorConfig, settings: Settings, shard: int, shards: int):
         self.config = config
         self.topics = settings.topics
+        self.max_trip = settings.max_trip
+        self.max_future_skew = settings.max_future_skew
         self.shard = shard
         self.shards = shards
         self.rng = random.Random(f"{config.seed}:{config.start.isoformat()}:{shard}")
@@ -282,7 +282,7 @@ class _Shard:
         if rng.random() >= self.config.missing_exit:
             trip = min(
                 rng.lognormvariate(math.log(720), 0.5),
-                self.config.max_trip.total_seconds() - 1,
+                self.max_trip.total_seconds() - 1,
             )
             exit_time = entry_time + timedelta(seconds=trip)
             exit_event = TollExit(self._event_id(), booth, exit_time, LicensePlate(plate))
@@ -322,7 +322,7 @@ class _Shard:
                 wire["entry_time"] = "yesterday"
             value = json.dumps(wire, ensure_ascii=False).encode()
         else:
-            skew = self.config.max_future_skew + timedelta(minutes=self.rng.randrange(1, 600))
+            skew = self.max_future_skew + timedelta(minutes=self.rng.randrange(1, 600))
             ahead = datetime.fromtimestamp(sent / 1000, UTC) + skew
             wire["entry_time"] = format_instant(ahead)
             value = json.dumps(wire, ensure_ascii=False).encode()
