@@ -12,13 +12,9 @@ from dataclasses import dataclass, field
 
 from shared.events import EVENT_TYPES
 from shared.settings import Settings
+from shared.views import VIEW_KEYS
 
-VIEW_NAMES: tuple[str, ...] = (
-    "booth_stats",
-    "vehicle_trips",
-    "expired_registrations",
-    "diagnostics",
-)
+VIEW_NAMES: tuple[str, ...] = tuple(VIEW_KEYS)
 """The views of DESIGN.md; each has a speed-store topic and a batch-store table."""
 
 

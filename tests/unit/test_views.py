@@ -1,0 +1,182 @@
+"""The view functions on static DataFrames: the batch layer's definition of truth.
+
+One small day at two booths, with the edge cases written out; every expected
+row below was worked out by hand from the events listed here.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+import pytest
+from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import types as T
+from pyspark.testing import assertDataFrameEqual
+
+from shared.events import TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION, EventType
+from shared.views import (
+    booth_stats,
+    diagnostics,
+    expired_registrations,
+    vehicle_trips,
+    without_duplicates,
+)
+
+WINDOW = timedelta(minutes=5)
+MAX_TRIP = timedelta(hours=1)
+SOURCE = T.StructType(
+    [
+        T.StructField("source_topic", T.StringType()),
+        T.StructField("source_partition", T.IntegerType()),
+        T.StructField("source_offset", T.LongType()),
+        T.StructField("source_timestamp", T.TimestampType()),
+    ]
+)
+
+
+def at(hhmmss: str, day: int = 5) -> datetime:
+    hours, minutes, seconds = (int(part) for part in hhmmss.split(":"))
+    return datetime(2026, 1, day, hours, minutes, seconds)
+
+
+def events(spark: SparkSession, event_type: EventType, rows: list[tuple[object, ...]]) -> DataFrame:
+    """Validated events: the event type's fields, then source coordinates (offset = row number)."""
+    schema = T.StructType(event_type.spark_schema.fields + SOURCE.fields)
+    sourced = [
+        (*row, event_type.name, 0, offset, at("00:00:00")) for offset, row in enumerate(rows)
+    ]
+    return spark.createDataFrame(sourced, schema)
+
+
+def entry(event_id: str, booth: str, plate: str, time: datetime, toll: str) -> tuple[object, ...]:
+    return (event_id, booth, time, plate, "NY", "Ford", "F-150", 1, 1500.0, Decimal(toll), "")
+
+
+@pytest.fixture(scope="module")
+def entries(spark: SparkSession) -> DataFrame:
+    return without_duplicates(
+        events(
+            spark,
+            TOLL_ENTRY,
+            [
+                entry("e1", "b1", "P1", at("10:00:10"), "2.50"),
+                entry("e2", "b1", "P2", at("10:03:00"), "4.00"),
+                entry("e3", "b1", "P3", at("10:05:00"), "5.75"),  # first instant of next window
+                entry("e4", "b2", "P1", at("10:01:00"), "7.25"),
+                entry("e1", "b1", "P1", at("10:00:10"), "2.50"),  # duplicate of e1
+                entry("e5", "b1", "P4", at("23:58:00"), "2.50"),  # exits after midnight
+            ],
+        )
+    )
+
+
+@pytest.fixture(scope="module")
+def exits(spark: SparkSession) -> DataFrame:
+    return without_duplicates(
+        events(
+            spark,
+            TOLL_EXIT,
+            [
+                ("x1", "b1", at("10:12:00"), "P1"),  # e1's earliest exit: 710 s
+                ("x1b", "b1", at("10:20:00"), "P1"),  # a later exit of the same vehicle
+                ("x2", "b1", at("11:04:00"), "P2"),  # 61 min after e2: beyond max_trip
+                ("x3", "b1", at("10:04:59"), "P3"),  # before e3 entered: no match
+                ("x4", "b2", at("10:31:00"), "P1"),  # e4: 1800 s
+                ("x5", "b1", at("00:10:00", day=6), "P4"),  # e5, next day: 720 s
+                ("x4", "b2", at("10:31:00"), "P1"),  # duplicate of x4
+            ],
+        )
+    )
+
+
+@pytest.fixture(scope="module")
+def registrations(spark: SparkSession) -> DataFrame:
+    return without_duplicates(
+        events(
+            spark,
+            VEHICLE_REGISTRATION,
+            [
+                ("r1", "R1", "P1", False, datetime(2025, 12, 20, 9, 0, 0)),
+                ("r1b", "R1b", "P1", True, at("10:00:30")),  # after e1, before e4
+                ("r2", "R2", "P2", True, datetime(2025, 12, 1, 0, 0, 0)),
+                ("r4", "R4", "P4", False, datetime(2026, 1, 2, 0, 0, 0)),
+                # P3 is never registered
+            ],
+        )
+    )
+
+
+def test_duplicates_count_once(entries: DataFrame) -> None:
+    assert sorted(row.event_id for row in entries.collect()) == ["e1", "e2", "e3", "e4", "e5"]
+
+
+def test_booth_stats(entries: DataFrame) -> None:
+    assertDataFrameEqual(
+        booth_stats(entries, WINDOW),
+        [
+            Row(booth_id="b1", window_start=at("10:00:00"), window_end=at("10:05:00"),
+                vehicle_count=2, total_toll=Decimal("6.50"),
+                first_entry_time=at("10:00:10"), last_entry_time=at("10:03:00")),
+            Row(booth_id="b1", window_start=at("10:05:00"), window_end=at("10:10:00"),
+                vehicle_count=1, total_toll=Decimal("5.75"),
+                first_entry_time=at("10:05:00"), last_entry_time=at("10:05:00")),
+            Row(booth_id="b2", window_start=at("10:00:00"), window_end=at("10:05:00"),
+                vehicle_count=1, total_toll=Decimal("7.25"),
+                first_entry_time=at("10:01:00"), last_entry_time=at("10:01:00")),
+            Row(booth_id="b1", window_start=at("23:55:00"), window_end=at("00:00:00", day=6),
+                vehicle_count=1, total_toll=Decimal("2.50"),
+                first_entry_time=at("23:58:00"), last_entry_time=at("23:58:00")),
+        ],
+        checkRowOrder=False,
+    )  # fmt: skip
+
+
+def test_vehicle_trips(entries: DataFrame, exits: DataFrame) -> None:
+    assertDataFrameEqual(
+        vehicle_trips(entries, exits, MAX_TRIP),
+        [
+            Row(booth_id="b1", license_plate="P1", entry_time=at("10:00:10"),
+                exit_time=at("10:12:00"), duration_seconds=710.0),
+            Row(booth_id="b2", license_plate="P1", entry_time=at("10:01:00"),
+                exit_time=at("10:31:00"), duration_seconds=1800.0),
+            Row(booth_id="b1", license_plate="P4", entry_time=at("23:58:00"),
+                exit_time=at("00:10:00", day=6), duration_seconds=720.0),
+        ],
+        checkRowOrder=False,
+    )  # fmt: skip
+
+
+def test_expired_registrations(entries: DataFrame, registrations: DataFrame) -> None:
+    assertDataFrameEqual(
+        expired_registrations(entries, registrations),
+        [
+            Row(booth_id="b1", license_plate="P2", entry_time=at("10:03:00"), registration_id="R2"),
+            Row(
+                booth_id="b2", license_plate="P1", entry_time=at("10:01:00"), registration_id="R1b"
+            ),
+        ],
+        checkRowOrder=False,
+    )
+
+
+def test_diagnostics(entries: DataFrame, exits: DataFrame, registrations: DataFrame) -> None:
+    assertDataFrameEqual(
+        diagnostics(entries, exits, registrations, WINDOW, MAX_TRIP),
+        [
+            Row(booth_id="b1", window_start=at("10:00:00"), reason="missing_exit", count=1),
+            Row(booth_id="b1", window_start=at("10:05:00"), reason="missing_exit", count=1),
+            Row(booth_id="b1", window_start=at("10:05:00"), reason="missing_registration", count=1),
+        ],
+        checkRowOrder=False,
+    )
+
+
+def test_window_size_is_an_argument(entries: DataFrame) -> None:
+    hourly = (
+        booth_stats(entries, timedelta(hours=1)).where("booth_id = 'b1'").orderBy("window_start")
+    )
+    assert [(row.window_start, row.vehicle_count) for row in hourly.collect()] == [
+        (at("10:00:00"), 3),
+        (at("23:00:00"), 1),
+    ]
