@@ -26,6 +26,7 @@ from lambdaline.topics import create_topics
 from shared.events import format_instant
 from shared.jvm import JarResolutionError, JvmProfile, resolve_jars
 from shared.settings import Settings, SettingsError, get_settings, parse_duration
+from speed_layer.cli import speed_app
 
 console = Console(stderr=True)
 out = Console()
@@ -41,6 +42,7 @@ jvm_app = typer.Typer(help="JVM jars (broker, Spark Kafka connector) resolved by
 app.add_typer(kafka_app, name="kafka")
 app.add_typer(topics_app, name="topics")
 app.add_typer(jvm_app, name="jvm")
+app.add_typer(speed_app, name="speed")
 
 
 def _settings() -> Settings:

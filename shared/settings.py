@@ -105,6 +105,11 @@ class Settings(BaseSettings):
     kafka_timeout: Duration = Field(
         timedelta(seconds=30), description="how long clients wait for the cluster to answer"
     )
+    input_retention: Duration | None = Field(
+        None,
+        description="retention of input and dead-letter topics; none = keep forever. Kafka "
+        "ages records by their (simulated) timestamps, and the batch layer reads from here",
+    )
     speed_retention: Duration = Field(
         timedelta(days=3), description="retention of speed.* topics (>= 3 batch periods)"
     )
@@ -116,6 +121,16 @@ class Settings(BaseSettings):
     watermark: Duration = Field(timedelta(minutes=2), description="speed-layer lateness bound")
     max_future_skew: Duration = Field(
         timedelta(hours=1), description="how far event time may lead the Kafka record timestamp"
+    )
+
+    # --- Spark (both layers) ----------------------------------------------------
+    spark_master: str = Field(
+        "local[*]", description="Spark master; spark-submit's --master overrides it"
+    )
+    spark_driver_memory: str = Field("2g", pattern=r"^\d+[kmgKMG]$")
+    spark_shuffle_partitions: int = Field(2, ge=1, description="spark.sql.shuffle.partitions")
+    speed_trigger: Duration = Field(
+        timedelta(seconds=1), description="micro-batch interval of the continuous speed job"
     )
 
     # --- serving -------------------------------------------------------------
@@ -133,7 +148,13 @@ class Settings(BaseSettings):
         return value
 
     @field_validator(
-        "window", "max_trip", "watermark", "max_future_skew", "speed_retention", "kafka_timeout"
+        "window",
+        "max_trip",
+        "watermark",
+        "max_future_skew",
+        "speed_retention",
+        "kafka_timeout",
+        "speed_trigger",
     )
     @classmethod
     def _positive(cls, value: timedelta) -> timedelta:
@@ -173,6 +194,10 @@ class Settings(BaseSettings):
     @property
     def logs_dir(self) -> Path:
         return self.state_dir / "logs"
+
+    @property
+    def checkpoints_dir(self) -> Path:
+        return self.state_dir / "checkpoints"
 
 
 class SettingsError(Exception):

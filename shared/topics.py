@@ -1,6 +1,9 @@
 """Every Kafka topic lambdaline uses, and how each is configured.
 
-The input topics and ``dead.letters`` are plain append-only logs. The speed
+The input topics and ``dead.letters`` are plain append-only logs, kept for
+``input_retention`` (default: forever). Kafka ages records by their timestamps,
+which the generator sets to simulated time, and the batch layer's ingest reads
+these topics, so a short retention would silently lose history. The speed
 store is one compacted topic per view, ``speed.<view>``: keyed by the view key,
 so compaction keeps the latest row per key, with ``delete`` as well so a key the
 batch layer has long taken over ages out after ``speed_retention``.
@@ -38,8 +41,10 @@ def all_topics(settings: Settings) -> list[TopicSpec]:
     partitions = settings.kafka_partitions
     retention_ms = str(int(settings.speed_retention.total_seconds() * 1000))
     speed_config = {"cleanup.policy": "compact,delete", "retention.ms": retention_ms}
-    topics = [TopicSpec(name, partitions) for name in input_topics(settings)]
-    topics.append(TopicSpec(settings.topics.dead_letters, partitions))
+    kept = settings.input_retention
+    input_config = {"retention.ms": "-1" if kept is None else str(int(kept.total_seconds() * 1000))}
+    topics = [TopicSpec(name, partitions, input_config) for name in input_topics(settings)]
+    topics.append(TopicSpec(settings.topics.dead_letters, partitions, input_config))
     topics += [
         TopicSpec(speed_topic(settings, view), partitions, speed_config) for view in VIEW_NAMES
     ]

@@ -1,0 +1,34 @@
+"""The SparkSession both layers run in, configured from settings.
+
+Local runs get ``spark_master`` (default ``local[*]``), a capped driver heap and
+few shuffle partitions. Under ``spark-submit`` the session already exists and
+its master, memory and jars come from the submit command; only the SQL settings
+the views depend on (UTC session time zone, shuffle partitions) are applied.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import SparkSession
+
+from shared.jvm import spark_kafka_jars
+from shared.settings import Settings
+
+
+def spark_session(settings: Settings, app_name: str) -> SparkSession:
+    """Get or create the session, with the Spark Kafka connector on its classpath."""
+    jars = ",".join(str(jar) for jar in spark_kafka_jars(settings))
+    session = (
+        SparkSession.builder.appName(app_name)
+        .master(settings.spark_master)
+        .config("spark.jars", jars)
+        .config("spark.driver.memory", settings.spark_driver_memory)
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.shuffle.partitions", str(settings.spark_shuffle_partitions))
+        .config("spark.sql.streaming.stateStore.providerClass",
+                "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
+        .getOrCreate()
+    )  # fmt: skip
+    session.conf.set("spark.sql.session.timeZone", "UTC")
+    session.conf.set("spark.sql.shuffle.partitions", str(settings.spark_shuffle_partitions))
+    return session

@@ -1,0 +1,27 @@
+"""``lambdaline speed ...``: the speed layer's commands."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from shared.logs import configure_logging
+from shared.settings import get_settings
+from shared.spark_session import spark_session
+from speed_layer import job
+
+speed_app = typer.Typer(help="The speed layer: Structured Streaming from Kafka to the speed store.")
+
+
+@speed_app.command("run")
+def speed_run(
+    available_now: Annotated[
+        bool, typer.Option("--available-now", help="process what Kafka holds now, then exit 0")
+    ] = False,
+) -> None:
+    """Run the speed job (continuous by default; Ctrl-C or SIGTERM stops it cleanly)."""
+    configure_logging()
+    settings = get_settings()
+    spark = spark_session(settings, "lambdaline-speed")
+    job.run(spark, settings, available_now=available_now)

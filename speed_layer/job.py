@@ -1,0 +1,100 @@
+"""The speed layer: one continuous Structured Streaming application.
+
+Reads the three input topics with Spark's Kafka source, validates them with the
+shared rule, applies the shared view functions under event-time watermarks, and
+writes each view to its compacted ``speed.<view>`` topic and invalid records to
+``dead.letters``. With ``available_now`` it processes what Kafka holds and stops.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from datetime import timedelta
+from types import FrameType
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
+from pyspark.sql.streaming.readwriter import DataStreamWriter
+
+from shared.events import TOLL_ENTRY, EventType
+from shared.logs import log_event
+from shared.settings import Settings
+from shared.topics import input_topics
+from shared.validation import decode_records
+from shared.views import booth_stats, without_duplicates
+from speed_layer.progress import ProgressPublisher
+from speed_layer.speed_store import dead_letter_writer, view_writer
+
+logger = logging.getLogger("lambdaline.speed")
+
+
+def read_input_topics(spark: SparkSession, settings: Settings) -> DataFrame:
+    return (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        .option("subscribe", ",".join(input_topics(settings)))
+        .option("startingOffsets", "earliest")
+        .load()
+    )
+
+
+def with_event_time(events: DataFrame, event_type: EventType, watermark: timedelta) -> DataFrame:
+    """Declare the event-time column and how late its events may be, then drop duplicates."""
+    delay = f"{int(watermark.total_seconds())} seconds"
+    return events.withWatermark(event_type.time_field, delay).transform(without_duplicates)
+
+
+def _started(writer: DataStreamWriter, settings: Settings, available_now: bool) -> StreamingQuery:
+    if available_now:
+        return writer.trigger(availableNow=True).start()
+    interval = f"{settings.speed_trigger.total_seconds()} seconds"
+    return writer.trigger(processingTime=interval).start()
+
+
+def run(spark: SparkSession, settings: Settings, available_now: bool = False) -> None:
+    """Run the speed layer until stopped (SIGINT/SIGTERM) or, with available_now, drained."""
+    log_event(
+        logger, "speed_start", master=spark.sparkContext.master,
+        topics=input_topics(settings), checkpoints=str(settings.checkpoints_dir / "speed"),
+        available_now=available_now,
+    )  # fmt: skip
+    listener = ProgressPublisher(settings)
+    spark.streams.addListener(listener)
+
+    # read sources
+    raw = read_input_topics(spark, settings)
+
+    # decode: valid events and dead letters, by the shared rule
+    decoded = decode_records(raw, settings.topics, settings.max_future_skew)
+    entries = with_event_time(decoded.of(TOLL_ENTRY), TOLL_ENTRY, settings.watermark)
+
+    # compute views
+    stats = booth_stats(entries, settings.window)
+
+    # write sinks
+    writers = [
+        dead_letter_writer(decoded.dead_letters, settings),
+        view_writer("booth_stats", stats, settings, output_mode="update"),
+    ]
+    queries = [_started(writer, settings, available_now) for writer in writers]
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        log_event(logger, "speed_stopping", signal=signal.Signals(signum).name)
+        for query in queries:
+            query.stop()
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        for query in queries:
+            query.awaitTermination()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        listener.wait_for_terminations(str(query.id) for query in queries)
+        spark.streams.removeListener(listener)
+        listener.close()
+    failed = [query.name for query in queries if query.exception() is not None]
+    if failed:
+        raise RuntimeError(f"speed queries failed: {', '.join(failed)}")
+    log_event(logger, "speed_stopped")

@@ -1,0 +1,90 @@
+"""Observability of the speed job: a log line and a ``speed.progress`` record per micro-batch.
+
+The record (keyed by query name, so the compacted topic keeps each query's
+latest) carries the query's event-time watermark, which the serving layer
+publishes as ``speed_watermark``, and the rates, duration and late-row count
+taken from Spark's own query progress.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from kafka import KafkaProducer
+from pyspark.sql.streaming.listener import StreamingQueryListener
+
+from shared.logs import log_event
+from shared.settings import Settings
+
+logger = logging.getLogger("lambdaline.speed")
+
+
+def progress_record(progress: Any) -> dict[str, Any]:
+    """The fields of one StreamingQueryProgress that the speed store publishes."""
+    operators = progress.stateOperators or []
+    return {
+        "query": progress.name,
+        "batch_id": progress.batchId,
+        "timestamp": progress.timestamp,
+        "watermark": (progress.eventTime or {}).get("watermark"),
+        "num_input_rows": progress.numInputRows,
+        "input_rows_per_second": progress.inputRowsPerSecond,
+        "processed_rows_per_second": progress.processedRowsPerSecond,
+        "batch_duration_ms": progress.batchDuration,
+        "rows_dropped_by_watermark": sum(op.numRowsDroppedByWatermark for op in operators),
+        "state_rows": sum(op.numRowsTotal for op in operators),
+    }
+
+
+class ProgressPublisher(StreamingQueryListener):
+    """Logs each micro-batch and publishes it to ``speed.progress``."""
+
+    def __init__(self, settings: Settings):
+        self.topic = settings.topics.speed_progress
+        self.producer = KafkaProducer(
+            bootstrap_servers=settings.kafka_bootstrap,
+            client_id="lambdaline-speed-progress",
+            linger_ms=0,
+        )
+        self._terminated: set[str] = set()
+        self._terminated_changed = threading.Condition()
+
+    def onQueryStarted(self, event: Any) -> None:  # noqa: N802 (Spark's API)
+        log_event(logger, "query_started", query=event.name, id=str(event.id))
+
+    def onQueryProgress(self, event: Any) -> None:  # noqa: N802
+        record = progress_record(event.progress)
+        log_event(logger, "micro_batch", **record)
+        key = (record["query"] or "unnamed").encode()
+        self.producer.send(self.topic, key=key, value=json.dumps(record).encode())
+
+    def onQueryIdle(self, event: Any) -> None:  # noqa: N802
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
+        self.producer.flush()
+        log_event(logger, "query_terminated", id=str(event.id), exception=event.exception)
+        with self._terminated_changed:
+            self._terminated.add(str(event.id))
+            self._terminated_changed.notify_all()
+
+    def wait_for_terminations(self, query_ids: Iterable[str], timeout_s: float = 10.0) -> None:
+        """Wait until Spark's (asynchronous) listener bus has delivered these terminations.
+
+        Removing the listener earlier lets the bus call back into a closed Python
+        side at shutdown, which Spark logs as an error.
+        """
+        wanted = set(query_ids)
+        deadline = time.monotonic() + timeout_s
+        with self._terminated_changed:
+            while not wanted <= self._terminated and time.monotonic() < deadline:
+                self._terminated_changed.wait(timeout=deadline - time.monotonic())
+
+    def close(self) -> None:
+        self.producer.flush()
+        self.producer.close()

@@ -1,0 +1,101 @@
+"""Writers of the speed layer: the speed store (``speed.<view>``) and ``dead.letters``.
+
+A speed-store record is keyed by the view key (its JSON) and its value holds the
+view's key and value columns, times as ISO-8601 UTC, plus the ``batch_id`` of the
+micro-batch that wrote it. Spark's foreachBatch may replay a micro-batch after a
+failure; the replay recomputes the same rows from the same checkpointed state,
+so it writes the same records again, and the compacted topic keeps one per key:
+a restart never double counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.streaming.readwriter import DataStreamWriter
+
+from shared.settings import Settings
+from shared.topics import speed_topic
+from shared.views import VIEW_KEYS
+
+JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'", "ignoreNullFields": "false"}
+"""Times as ISO-8601 UTC with milliseconds (the session time zone is UTC)."""
+
+
+def kafka_sink_options(settings: Settings) -> dict[str, str]:
+    return {
+        "kafka.bootstrap.servers": settings.kafka_bootstrap,
+        "kafka.compression.type": "lz4",
+        "kafka.linger.ms": "5",
+    }
+
+
+def _json(columns: list[Column]) -> Column:
+    return F.to_json(F.struct(*columns), JSON_OPTIONS)
+
+
+def speed_records(view_name: str, rows: DataFrame, batch_id: int) -> DataFrame:
+    """The Kafka records (key, value) of one micro-batch's rows of a view."""
+    keys = [F.col(name) for name in VIEW_KEYS[view_name]]
+    values = [F.col(name) for name in rows.columns]
+    return rows.select(
+        _json(keys).alias("key"),
+        _json([*values, F.lit(batch_id).alias("batch_id")]).alias("value"),
+    )
+
+
+def publish_view(view_name: str, settings: Settings) -> Callable[[DataFrame, int], None]:
+    """A foreachBatch function writing a view's changed rows to ``speed.<view>``."""
+    topic = speed_topic(settings, view_name)
+    options = kafka_sink_options(settings)
+
+    def publish(rows: DataFrame, batch_id: int) -> None:
+        speed_records(view_name, rows, batch_id).write.format("kafka").options(**options).option(
+            "topic", topic
+        ).save()
+
+    return publish
+
+
+def view_writer(
+    view_name: str, rows: DataFrame, settings: Settings, output_mode: str
+) -> DataStreamWriter:
+    """A streaming writer of a view to the speed store (not started; add the trigger)."""
+    return (
+        rows.writeStream.queryName(f"speed.{view_name}")
+        .outputMode(output_mode)
+        .foreachBatch(publish_view(view_name, settings))
+        .option("checkpointLocation", str(settings.checkpoints_dir / "speed" / view_name))
+    )
+
+
+def dead_letter_writer(dead_letters: DataFrame, settings: Settings) -> DataStreamWriter:
+    """Dead letters to ``dead.letters`` as JSON, keyed by the original record key.
+
+    The raw value travels as text when it is UTF-8 and always as base64, so
+    nothing is lost whatever the bytes were.
+    """
+    value = _json(
+        [
+            F.col("source_topic"),
+            F.col("source_partition"),
+            F.col("source_offset"),
+            F.col("source_timestamp"),
+            F.col("reason"),
+            F.col("detail"),
+            F.when(
+                F.is_valid_utf8(F.col("value").cast("string")), F.col("value").cast("string")
+            ).alias("value"),
+            F.base64(F.col("value")).alias("value_base64"),
+        ]
+    )
+    return (
+        dead_letters.select(F.col("key"), value.alias("value"))
+        .writeStream.queryName("speed.dead_letters")
+        .format("kafka")
+        .options(**kafka_sink_options(settings))
+        .option("topic", settings.topics.dead_letters)
+        .option("checkpointLocation", str(settings.checkpoints_dir / "speed" / "dead_letters"))
+    )
