@@ -8,17 +8,24 @@ the views depend on (UTC session time zone, shuffle partitions) are applied.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pyspark.sql import SparkSession
 
 from shared.jvm import spark_kafka_jars
 from shared.settings import Settings
 
 
-def spark_session(settings: Settings, app_name: str) -> SparkSession:
+def spark_session(
+    settings: Settings, app_name: str, extra_config: Mapping[str, str] | None = None
+) -> SparkSession:
     """Get or create the session, with the Spark Kafka connector on its classpath."""
     jars = ",".join(str(jar) for jar in spark_kafka_jars(settings))
+    builder = SparkSession.builder
+    for key, value in (extra_config or {}).items():
+        builder = builder.config(key, value)
     session = (
-        SparkSession.builder.appName(app_name)
+        builder.appName(app_name)
         .master(settings.spark_master)
         .config("spark.jars", jars)
         .config("spark.driver.memory", settings.spark_driver_memory)

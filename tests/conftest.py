@@ -13,21 +13,17 @@ import pytest
 from pyspark.sql import SparkSession
 
 from shared.settings import Settings, get_settings
+from shared.spark_session import spark_session
 
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     """One local SparkSession for the whole run: small, UTC, no UI. Tests never stop it."""
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("lambdaline-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.memory", "2g")
-        .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
-        .getOrCreate()
+    settings = Settings(spark_master="local[2]", spark_shuffle_partitions=2)
+    session = spark_session(
+        settings,
+        "lambdaline-tests",
+        extra_config={"spark.ui.enabled": "false", "spark.default.parallelism": "2"},
     )
     session.sparkContext.setLogLevel("ERROR")
     yield session

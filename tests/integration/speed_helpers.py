@@ -1,0 +1,80 @@
+"""Helpers for speed-layer tests: isolated topics, sending records, reading the speed store."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from kafka import KafkaConsumer, KafkaProducer
+
+from lambdaline.topics import create_topics
+from shared.settings import Settings, TopicSettings
+from shared.topics import speed_topic
+
+
+def isolated_settings(kafka: Settings, state_dir: Path) -> Settings:
+    """Settings on the shared broker with topics and checkpoints of this test's own."""
+    prefix = f"t{uuid.uuid4().hex[:8]}."
+    topics = TopicSettings(
+        entries=f"{prefix}toll.entries",
+        exits=f"{prefix}toll.exits",
+        registrations=f"{prefix}vehicle.registrations",
+        dead_letters=f"{prefix}dead.letters",
+        speed_prefix=f"{prefix}speed.",
+        speed_progress=f"{prefix}speed.progress",
+    )
+    settings = kafka.model_copy(update={"topics": topics, "state_dir": state_dir})
+    create_topics(settings)
+    return settings
+
+
+def ms(instant: str) -> int:
+    return int(
+        datetime.fromisoformat(instant.replace("Z", "+00:00")).astimezone(UTC).timestamp() * 1000
+    )
+
+
+def send(settings: Settings, topic: str, records: list[tuple[bytes, bytes, str]]) -> None:
+    """Send (key, value, record timestamp) records, all to partition 0, in order."""
+    producer = KafkaProducer(bootstrap_servers=settings.kafka_bootstrap)
+    for key, value, sent_at in records:
+        producer.send(topic, key=key, value=value, partition=0, timestamp_ms=ms(sent_at))
+    producer.flush()
+    producer.close()
+
+
+def read_all(settings: Settings, topic: str) -> list[Any]:
+    consumer = KafkaConsumer(
+        topic,
+        bootstrap_servers=settings.kafka_bootstrap,
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=3000,
+        group_id=None,
+    )
+    records = list(consumer)
+    consumer.close()
+    return records
+
+
+def speed_view(settings: Settings, view: str) -> dict[str, dict[str, Any]]:
+    """The speed store of a view as the serving layer will see it: latest value per key."""
+    latest: dict[str, dict[str, Any]] = {}
+    for record in read_all(settings, speed_topic(settings, view)):
+        value = json.loads(record.value, parse_float=Decimal)
+        held = latest.get(record.key.decode())
+        if held is None or held["batch_id"] <= value["batch_id"]:
+            latest[record.key.decode()] = value
+    return latest
+
+
+def entry_value(event_id: str, booth: str, plate: str, entry_time: str, toll: str) -> bytes:
+    entry = {
+        "event_id": event_id, "booth_id": booth, "entry_time": entry_time,
+        "license_plate": plate, "state": "NY", "make": "Ford", "model": "F-150",
+        "vehicle_type": 1, "weight_kg": 1500.0, "toll": float(toll), "tag": "",
+    }  # fmt: skip
+    return json.dumps(entry).encode()

@@ -1,0 +1,133 @@
+"""The speed job on the real broker and real Spark, on small hand-written inputs."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from shared.settings import Settings
+from speed_layer import job
+from tests.integration.speed_helpers import (
+    entry_value,
+    isolated_settings,
+    read_all,
+    send,
+    speed_view,
+)
+
+pytestmark = pytest.mark.integration
+
+ENTRIES = [
+    (b"P1", entry_value("e1", "b1", "P1", "2026-01-05T10:00:10.000Z", "2.50"), "2026-01-05T10:00:10.100Z"),
+    (b"P2", entry_value("e2", "b1", "P2", "2026-01-05T10:03:00.000Z", "4.00"), "2026-01-05T10:03:00.100Z"),
+    (b"P2", entry_value("e2", "b1", "P2", "2026-01-05T10:03:00.000Z", "4.00"), "2026-01-05T10:03:05.000Z"),
+    (b"P3", entry_value("e3", "b1", "P3", "2026-01-05T10:05:00.000Z", "5.75"), "2026-01-05T10:05:00.100Z"),
+    (b"P1", entry_value("e4", "b2", "P1", "2026-01-05T10:01:00.000Z", "7.25"), "2026-01-05T10:01:00.100Z"),
+]  # fmt: skip
+MALFORMED = [
+    (b"P9", b"not json", "2026-01-05T10:06:00.000Z"),
+    (b"P9", b'{"event_id": "m1", "booth_id": "b1"}', "2026-01-05T10:06:01.000Z"),
+    (b"P9", entry_value("m2", "", "P9", "2026-01-05T10:06:00.000Z", "1.00"), "2026-01-05T10:06:02.000Z"),
+    (b"P9", entry_value("m3", "b1", "P9", "2026-01-05T12:00:00.000Z", "1.00"), "2026-01-05T10:06:03.000Z"),
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def drained(
+    kafka: Settings, spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Settings]:
+    """One available-now run over valid entries (with a duplicate) and one record per dead-letter class."""
+    settings = isolated_settings(kafka, tmp_path_factory.mktemp("speed"))
+    send(settings, settings.topics.entries, ENTRIES + MALFORMED)
+    job.run(spark, settings, available_now=True)
+    yield settings
+
+
+def without_batch_id(row: dict[str, object]) -> dict[str, object]:
+    return {name: value for name, value in row.items() if name != "batch_id"}
+
+
+def test_booth_stats_counts_each_event_once(drained: Settings) -> None:
+    rows = sorted(
+        (without_batch_id(row) for row in speed_view(drained, "booth_stats").values()),
+        key=lambda row: (str(row["booth_id"]), str(row["window_start"])),
+    )
+    assert rows == [
+        {"booth_id": "b1", "window_start": "2026-01-05T10:00:00.000Z",
+         "window_end": "2026-01-05T10:05:00.000Z", "vehicle_count": 2,
+         "total_toll": Decimal("6.50"), "first_entry_time": "2026-01-05T10:00:10.000Z",
+         "last_entry_time": "2026-01-05T10:03:00.000Z"},
+        {"booth_id": "b1", "window_start": "2026-01-05T10:05:00.000Z",
+         "window_end": "2026-01-05T10:10:00.000Z", "vehicle_count": 1,
+         "total_toll": Decimal("5.75"), "first_entry_time": "2026-01-05T10:05:00.000Z",
+         "last_entry_time": "2026-01-05T10:05:00.000Z"},
+        {"booth_id": "b2", "window_start": "2026-01-05T10:00:00.000Z",
+         "window_end": "2026-01-05T10:05:00.000Z", "vehicle_count": 1,
+         "total_toll": Decimal("7.25"), "first_entry_time": "2026-01-05T10:01:00.000Z",
+         "last_entry_time": "2026-01-05T10:01:00.000Z"},
+    ]  # fmt: skip
+
+
+def test_speed_store_records_are_keyed_by_the_view_key(drained: Settings) -> None:
+    keys = {
+        json.loads(key)["booth_id"] + "@" + json.loads(key)["window_start"]
+        for key in speed_view(drained, "booth_stats")
+    }
+    assert keys == {
+        "b1@2026-01-05T10:00:00.000Z", "b1@2026-01-05T10:05:00.000Z", "b2@2026-01-05T10:00:00.000Z",
+    }  # fmt: skip
+
+
+def test_every_malformed_class_lands_in_dead_letters(drained: Settings) -> None:
+    letters = [
+        json.loads(record.value) for record in read_all(drained, drained.topics.dead_letters)
+    ]
+    by_offset = sorted(letters, key=lambda letter: letter["source_offset"])
+    assert [(letter["source_offset"], letter["reason"]) for letter in by_offset] == [
+        (5, "invalid_json"),
+        (6, "missing_field"),
+        (7, "invalid_value"),
+        (8, "future_event_time"),
+    ]
+    assert by_offset[0]["value"] == "not json"
+    assert by_offset[0]["value_base64"] == "bm90IGpzb24="  # base64 of b"not json"
+    assert {letter["source_topic"] for letter in letters} == {drained.topics.entries}
+
+
+def test_progress_is_published_per_query(drained: Settings) -> None:
+    progress = [
+        json.loads(record.value) for record in read_all(drained, drained.topics.speed_progress)
+    ]
+    stats = [p for p in progress if p["query"] == "speed.booth_stats" and p["num_input_rows"] > 0]
+    assert sum(p["num_input_rows"] for p in stats) == len(ENTRIES) + len(MALFORMED)
+    assert stats[-1]["watermark"] is not None
+
+
+def test_a_record_later_than_the_watermark_is_dropped_and_counted(
+    kafka: Settings, spark: SparkSession, tmp_path: Path
+) -> None:
+    settings = isolated_settings(kafka, tmp_path)
+    send(settings, settings.topics.entries, [
+        (b"P1", entry_value("e1", "b1", "P1", "2026-01-05T10:00:10.000Z", "2.50"), "2026-01-05T10:00:10.100Z"),
+        (b"P5", entry_value("e5", "b1", "P5", "2026-01-05T10:20:00.000Z", "3.00"), "2026-01-05T10:20:00.100Z"),
+    ])  # fmt: skip
+    job.run(spark, settings, available_now=True)  # the watermark moves to 10:18 (2 min behind)
+
+    late = entry_value("e6", "b1", "P6", "2026-01-05T10:01:30.000Z", "9.00")
+    send(settings, settings.topics.entries, [(b"P6", late, "2026-01-05T10:21:00.000Z")])
+    job.run(spark, settings, available_now=True)  # restarts from the checkpoint
+
+    window_10_00 = speed_view(settings, "booth_stats")[
+        '{"booth_id":"b1","window_start":"2026-01-05T10:00:00.000Z"}'
+    ]
+    assert window_10_00["vehicle_count"] == 1  # e6 was not counted
+    progress = [json.loads(r.value) for r in read_all(settings, settings.topics.speed_progress)]
+    second_run = [
+        p for p in progress if p["query"] == "speed.booth_stats" and p["num_input_rows"] == 1
+    ]
+    assert [p["rows_dropped_by_watermark"] for p in second_run] == [1]
