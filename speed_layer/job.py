@@ -17,12 +17,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.streaming.readwriter import DataStreamWriter
 
-from shared.events import TOLL_ENTRY, EventType
+from shared.events import TOLL_ENTRY, TOLL_EXIT, EventType
 from shared.logs import log_event
 from shared.settings import Settings
 from shared.topics import input_topics
 from shared.validation import decode_records
-from shared.views import booth_stats, without_duplicates
+from shared.views import booth_stats, vehicle_trips, without_duplicates
 from speed_layer.progress import ProgressPublisher
 from speed_layer.speed_store import dead_letter_writer, view_writer
 
@@ -68,14 +68,18 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
     # decode: valid events and dead letters, by the shared rule
     decoded = decode_records(raw, settings.topics, settings.max_future_skew)
     entries = with_event_time(decoded.of(TOLL_ENTRY), TOLL_ENTRY, settings.watermark)
+    exits = with_event_time(decoded.of(TOLL_EXIT), TOLL_EXIT, settings.watermark)
 
     # compute views
     stats = booth_stats(entries, settings.window)
+    trips = vehicle_trips(entries, exits, settings.max_trip)
 
     # write sinks
     writers = [
         dead_letter_writer(decoded.dead_letters, settings),
         view_writer("booth_stats", stats, settings, output_mode="update"),
+        # append: a trip is final once no earlier exit can still arrive (watermark + max_trip)
+        view_writer("vehicle_trips", trips, settings, output_mode="append"),
     ]
     queries = [_started(writer, settings, available_now) for writer in writers]
 

@@ -78,3 +78,13 @@ def entry_value(event_id: str, booth: str, plate: str, entry_time: str, toll: st
         "vehicle_type": 1, "weight_kg": 1500.0, "toll": float(toll), "tag": "",
     }  # fmt: skip
     return json.dumps(entry).encode()
+
+
+def exit_value(event_id: str, booth: str, plate: str, exit_time: str) -> bytes:
+    exit_ = {
+        "event_id": event_id,
+        "booth_id": booth,
+        "exit_time": exit_time,
+        "license_plate": plate,
+    }
+    return json.dumps(exit_).encode()

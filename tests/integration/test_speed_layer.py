@@ -14,6 +14,7 @@ from shared.settings import Settings
 from speed_layer import job
 from tests.integration.speed_helpers import (
     entry_value,
+    exit_value,
     isolated_settings,
     read_all,
     send,
@@ -131,3 +132,35 @@ def test_a_record_later_than_the_watermark_is_dropped_and_counted(
         p for p in progress if p["query"] == "speed.booth_stats" and p["num_input_rows"] == 1
     ]
     assert [p["rows_dropped_by_watermark"] for p in second_run] == [1]
+
+
+def test_vehicle_trips_are_final_once_no_earlier_exit_can_arrive(
+    kafka: Settings, spark: SparkSession, tmp_path: Path
+) -> None:
+    settings = isolated_settings(kafka, tmp_path)
+    send(settings, settings.topics.entries, [
+        (b"P1", entry_value("e1", "b1", "P1", "2026-01-05T10:00:10.000Z", "2.50"), "2026-01-05T10:00:10.100Z"),
+        (b"P1", entry_value("e4", "b2", "P1", "2026-01-05T10:01:00.000Z", "7.25"), "2026-01-05T10:01:00.100Z"),
+        (b"P2", entry_value("e2", "b1", "P2", "2026-01-05T10:03:00.000Z", "4.00"), "2026-01-05T10:03:00.100Z"),
+        # closes the hour: moves the entries' watermark past 10:03 + max_trip
+        (b"P9", entry_value("e9", "b9", "P9", "2026-01-05T11:30:00.000Z", "1.00"), "2026-01-05T11:30:00.100Z"),
+    ])  # fmt: skip
+    send(settings, settings.topics.exits, [
+        (b"P1", exit_value("x1", "b1", "P1", "2026-01-05T10:12:00.000Z"), "2026-01-05T10:12:00.100Z"),
+        (b"P1", exit_value("x1b", "b1", "P1", "2026-01-05T10:20:00.000Z"), "2026-01-05T10:20:00.100Z"),
+        (b"P2", exit_value("x2", "b1", "P2", "2026-01-05T11:04:00.000Z"), "2026-01-05T11:04:00.100Z"),
+        (b"P1", exit_value("x4", "b2", "P1", "2026-01-05T10:31:00.000Z"), "2026-01-05T10:31:00.100Z"),
+        (b"P9", exit_value("x9", "b9", "P9", "2026-01-05T11:31:00.000Z"), "2026-01-05T11:31:00.100Z"),
+    ])  # fmt: skip
+    job.run(spark, settings, available_now=True)
+
+    trips = sorted(
+        (without_batch_id(row) for row in speed_view(settings, "vehicle_trips").values()),
+        key=lambda row: str(row["entry_time"]),
+    )
+    assert trips == [
+        {"booth_id": "b1", "license_plate": "P1", "entry_time": "2026-01-05T10:00:10.000Z",
+         "exit_time": "2026-01-05T10:12:00.000Z", "duration_seconds": Decimal("710.0")},
+        {"booth_id": "b2", "license_plate": "P1", "entry_time": "2026-01-05T10:01:00.000Z",
+         "exit_time": "2026-01-05T10:31:00.000Z", "duration_seconds": Decimal("1800.0")},
+    ]  # fmt: skip
