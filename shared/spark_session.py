@@ -8,6 +8,8 @@ the views depend on (UTC session time zone, shuffle partitions) are applied.
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
@@ -22,6 +24,11 @@ def spark_session(
     """Get or create the session, with the Spark Kafka connector on its classpath."""
     jars = ",".join(str(jar) for jar in spark_kafka_jars(settings))
     builder = SparkSession.builder
+    if settings.spark_master.startswith("local"):
+        # Python UDF workers must run this interpreter (the project's venv), not
+        # whatever `python3` is first on the PATH; pyspark reads only the
+        # environment variable for that. A cluster sets its own.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     for key, value in (extra_config or {}).items():
         builder = builder.config(key, value)
     session = (

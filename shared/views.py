@@ -27,6 +27,7 @@ from __future__ import annotations
 from datetime import timedelta
 from enum import StrEnum
 
+import pandas as pd
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -97,6 +98,16 @@ def booth_stats(entries: DataFrame, window: timedelta) -> DataFrame:
     )
 
 
+def _trip_condition(max_trip: timedelta) -> Column:
+    """An exit of the entry's booth and plate in [entry_time, entry_time + max_trip]."""
+    return (
+        (F.col("entry.booth_id") == F.col("exit.booth_id"))
+        & (F.col("entry.license_plate") == F.col("exit.license_plate"))
+        & (F.col("exit.exit_time") >= F.col("entry.entry_time"))
+        & (F.col("exit.exit_time") <= F.col("entry.entry_time") + _interval(max_trip))
+    )
+
+
 def entries_with_exits(entries: DataFrame, exits: DataFrame, max_trip: timedelta) -> DataFrame:
     """Every (entry, exit) pair of one booth and plate with the exit in [entry, entry + max_trip].
 
@@ -104,13 +115,7 @@ def entries_with_exits(entries: DataFrame, exits: DataFrame, max_trip: timedelta
     both sides and evicts state older than ``max_trip``.
     """
     entry, exit_ = entries.alias("entry"), exits.alias("exit")
-    return entry.join(
-        exit_,
-        (F.col("entry.booth_id") == F.col("exit.booth_id"))
-        & (F.col("entry.license_plate") == F.col("exit.license_plate"))
-        & (F.col("exit.exit_time") >= F.col("entry.entry_time"))
-        & (F.col("exit.exit_time") <= F.col("entry.entry_time") + _interval(max_trip)),
-    ).select(
+    return entry.join(exit_, _trip_condition(max_trip)).select(
         F.col("entry.booth_id").alias("booth_id"),
         F.col("entry.license_plate").alias("license_plate"),
         F.col("entry.entry_time").alias("entry_time"),
@@ -144,57 +149,111 @@ def vehicle_trips(entries: DataFrame, exits: DataFrame, max_trip: timedelta) -> 
     return earliest_exits(entries_with_exits(entries, exits, max_trip))
 
 
-def _latest_registration_at_entry(entries: DataFrame, registrations: DataFrame) -> DataFrame:
-    """Each entry with its plate's latest registration recorded at or before entry_time.
+REGISTRATION_AT_ENTRY_SCHEMA = (
+    "event_id string, booth_id string, license_plate string, entry_time timestamp, "
+    "registration_id string, expired boolean"
+)
+"""Each entry with the registration that applies to it (nulls where there is none)."""
 
-    Entries without any such registration keep null registration columns. Ties on
-    registration_time are broken by registration_id, then event_id, so the
-    answer is deterministic.
+REGISTRATION_COLUMNS = (
+    "license_plate",
+    "registration_time",
+    "registration_id",
+    "expired",
+    "event_id",
+)
+ENTRY_COLUMNS = ("event_id", "booth_id", "license_plate", "entry_time")
+REGISTRATION_AT_ENTRY_COLUMNS = (*ENTRY_COLUMNS, "registration_id", "expired")
+
+
+def registration_at_entry(entries: pd.DataFrame, registrations: pd.DataFrame) -> pd.DataFrame:
+    """The registration rule, written once: each entry's latest registration at entry time.
+
+    For every entry, the registration of its plate with the greatest
+    registration_time <= entry_time (ties broken by registration_id, then
+    event_id, greatest wins), or none. Both layers call this function: the
+    batch layer per plate through ``cogroup().applyInPandas``, the speed layer
+    from its per-plate state (``applyInPandasWithState``).
     """
-    entry = entries.select("event_id", "booth_id", "license_plate", "entry_time").alias("entry")
-    registration = registrations.select(
-        F.col("license_plate").alias("registered_plate"),
-        "registration_id",
-        "expired",
-        "registration_time",
-        F.col("event_id").alias("registration_event_id"),
-    ).alias("registration")
-    candidates = entry.join(
-        registration,
-        (F.col("entry.license_plate") == F.col("registered_plate"))
-        & (F.col("registration_time") <= F.col("entry.entry_time")),
-        "left",
+    columns = REGISTRATION_AT_ENTRY_COLUMNS
+    if entries.empty:
+        return pd.DataFrame({name: pd.Series(dtype="object") for name in columns})
+    left = entries.loc[:, list(ENTRY_COLUMNS)].sort_values("entry_time", kind="stable")
+    right = (
+        registrations.loc[:, list(REGISTRATION_COLUMNS)]
+        .rename(columns={"license_plate": "plate", "event_id": "registration_event_id"})
+        .sort_values(["registration_time", "registration_id", "registration_event_id"])
     )
-    latest_first = Window.partitionBy("entry.event_id").orderBy(
-        F.col("registration_time").desc_nulls_last(),
-        F.col("registration_id").desc_nulls_last(),
-        F.col("registration_event_id").desc_nulls_last(),
+    right["registration_time"] = right["registration_time"].astype(left["entry_time"].dtype)
+    matched = pd.merge_asof(
+        left,
+        right,
+        left_on="entry_time",
+        right_on="registration_time",
+        left_by="license_plate",
+        right_by="plate",
+        direction="backward",
+        allow_exact_matches=True,
     )
+    matched["expired"] = matched["expired"].astype("boolean")
+    return matched.loc[:, list(columns)]
+
+
+def registrations_at_entry(entries: DataFrame, registrations: DataFrame) -> DataFrame:
+    """:func:`registration_at_entry` over static DataFrames, one plate at a time."""
     return (
-        candidates.withColumn("_rank", F.row_number().over(latest_first))
-        .where(F.col("_rank") == 1)
-        .select(
-            "entry.event_id",
-            "entry.booth_id",
-            "entry.license_plate",
-            "entry.entry_time",
-            "registration_id",
-            "expired",
-        )
+        entries.select(*ENTRY_COLUMNS)
+        .groupBy("license_plate")
+        .cogroup(registrations.select(*REGISTRATION_COLUMNS).groupBy("license_plate"))
+        .applyInPandas(registration_at_entry, REGISTRATION_AT_ENTRY_SCHEMA)
     )
 
 
-def is_expired_registration(expired: Column) -> Column:
-    """The rule of ``expired_registrations``: the applicable registration has expired."""
-    return F.coalesce(expired, F.lit(False))
+def expired_at_entry(at_entry: DataFrame) -> DataFrame:
+    """``expired_registrations`` rows from entries with their applicable registration."""
+    return at_entry.where(F.col("expired")).select(
+        "booth_id", "license_plate", "entry_time", "registration_id"
+    )
 
 
 def expired_registrations(entries: DataFrame, registrations: DataFrame) -> DataFrame:
     """Entries whose latest registration at entry time has expired = true."""
+    return expired_at_entry(registrations_at_entry(entries, registrations))
+
+
+def unregistered_at_entry(at_entry: DataFrame) -> DataFrame:
+    """Diagnostic rows for entries that no registration applies to."""
+    return at_entry.where(F.col("registration_id").isNull()).select(
+        "booth_id",
+        "entry_time",
+        F.lit(DiagnosticReason.MISSING_REGISTRATION.value).alias("reason"),
+    )
+
+
+def missing_exits(entries: DataFrame, exits: DataFrame, max_trip: timedelta) -> DataFrame:
+    """Diagnostic rows for entries with no exit within max_trip.
+
+    A left outer, time-bounded join keeping the unmatched entries: streaming
+    Spark emits an unmatched entry once the watermark passes entry_time + max_trip.
+    """
+    entry, exit_ = entries.alias("entry"), exits.alias("exit")
     return (
-        _latest_registration_at_entry(entries, registrations)
-        .where(is_expired_registration(F.col("expired")))
-        .select("booth_id", "license_plate", "entry_time", "registration_id")
+        entry.join(exit_, _trip_condition(max_trip), "left_outer")
+        .where(F.col("exit.event_id").isNull())
+        .select(
+            F.col("entry.booth_id").alias("booth_id"),
+            F.col("entry.entry_time").alias("entry_time"),
+            F.lit(DiagnosticReason.MISSING_EXIT.value).alias("reason"),
+        )
+    )
+
+
+def count_diagnostics(rows: DataFrame, window: timedelta) -> DataFrame:
+    """``diagnostics``: diagnostic rows counted per booth, entry window and reason."""
+    return (
+        rows.groupBy("booth_id", F.window("entry_time", _seconds(window)).alias("window"), "reason")
+        .agg(F.count(F.lit(1)).alias("count"))
+        .select("booth_id", F.col("window.start").alias("window_start"), "reason", "count")
     )
 
 
@@ -206,24 +265,7 @@ def diagnostics(
     max_trip: timedelta,
 ) -> DataFrame:
     """Counts of entries that miss an exit (within max_trip) or a registration, per window."""
-    matched = entries_with_exits(entries, exits, max_trip).select(
-        "booth_id", "license_plate", "entry_time"
-    )
-    missing_exit = entries.join(
-        matched, ["booth_id", "license_plate", "entry_time"], "left_anti"
-    ).select("booth_id", "entry_time", F.lit(DiagnosticReason.MISSING_EXIT.value).alias("reason"))
-    missing_registration = (
-        _latest_registration_at_entry(entries, registrations)
-        .where(F.col("registration_id").isNull())
-        .select(
-            "booth_id",
-            "entry_time",
-            F.lit(DiagnosticReason.MISSING_REGISTRATION.value).alias("reason"),
-        )
-    )
-    return (
-        missing_exit.unionByName(missing_registration)
-        .groupBy("booth_id", F.window("entry_time", _seconds(window)).alias("window"), "reason")
-        .agg(F.count(F.lit(1)).alias("count"))
-        .select("booth_id", F.col("window.start").alias("window_start"), "reason", "count")
+    unregistered = unregistered_at_entry(registrations_at_entry(entries, registrations))
+    return count_diagnostics(
+        missing_exits(entries, exits, max_trip).unionByName(unregistered), window
     )
