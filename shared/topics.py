@@ -36,6 +36,11 @@ def speed_topic(settings: Settings, view_name: str) -> str:
     return f"{settings.topics.speed_prefix}{view_name}"
 
 
+UNREGISTERED_ENTRIES = "internal.unregistered_entries"
+"""The speed layer's internal topic between its registration lookup and its
+``missing_registration`` counts (see speed_layer/registrations.py)."""
+
+
 def all_topics(settings: Settings) -> list[TopicSpec]:
     """The topics `lambdaline topics create` makes, in a stable order."""
     partitions = settings.kafka_partitions
@@ -49,4 +54,8 @@ def all_topics(settings: Settings) -> list[TopicSpec]:
         TopicSpec(speed_topic(settings, view), partitions, speed_config) for view in VIEW_NAMES
     ]
     topics.append(TopicSpec(settings.topics.speed_progress, 1, speed_config))
+    internal_config = {"retention.ms": retention_ms}
+    topics.append(
+        TopicSpec(speed_topic(settings, UNREGISTERED_ENTRIES), partitions, internal_config)
+    )
     return topics

@@ -54,7 +54,9 @@ def _seconds(duration: timedelta) -> str:
 
 
 def _interval(duration: timedelta) -> Column:
-    return F.make_dt_interval(secs=F.lit(duration.total_seconds()))
+    """A literal interval: streaming joins read time bounds only from literals, and
+    without a bound they keep state forever (outer joins are refused outright)."""
+    return F.expr(f"INTERVAL '{duration.total_seconds():.3f}' SECOND")
 
 
 def without_duplicates(events: DataFrame) -> DataFrame:

@@ -17,13 +17,26 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.streaming.readwriter import DataStreamWriter
 
-from shared.events import TOLL_ENTRY, TOLL_EXIT, EventType
+from shared.events import TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION, EventType
 from shared.logs import log_event
 from shared.settings import Settings
 from shared.topics import input_topics
 from shared.validation import decode_records
-from shared.views import booth_stats, vehicle_trips, without_duplicates
+from shared.views import (
+    DiagnosticReason,
+    booth_stats,
+    count_diagnostics,
+    missing_exits,
+    vehicle_trips,
+    without_duplicates,
+)
 from speed_layer.progress import ProgressPublisher
+from speed_layer.registrations import (
+    plate_events,
+    publish_registration_decisions,
+    registrations_at_entry_stream,
+    unregistered_entry_counts,
+)
 from speed_layer.speed_store import dead_letter_writer, view_writer
 
 logger = logging.getLogger("lambdaline.speed")
@@ -39,10 +52,15 @@ def read_input_topics(spark: SparkSession, settings: Settings) -> DataFrame:
     )
 
 
+def delay(watermark: timedelta) -> str:
+    return f"{int(watermark.total_seconds())} seconds"
+
+
 def with_event_time(events: DataFrame, event_type: EventType, watermark: timedelta) -> DataFrame:
     """Declare the event-time column and how late its events may be, then drop duplicates."""
-    delay = f"{int(watermark.total_seconds())} seconds"
-    return events.withWatermark(event_type.time_field, delay).transform(without_duplicates)
+    return events.withWatermark(event_type.time_field, delay(watermark)).transform(
+        without_duplicates
+    )
 
 
 def _started(writer: DataStreamWriter, settings: Settings, available_now: bool) -> StreamingQuery:
@@ -70,35 +88,66 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
     entries = with_event_time(decoded.of(TOLL_ENTRY), TOLL_ENTRY, settings.watermark)
     exits = with_event_time(decoded.of(TOLL_EXIT), TOLL_EXIT, settings.watermark)
 
+    plates = plate_events(
+        decoded.of(TOLL_ENTRY), decoded.of(VEHICLE_REGISTRATION), settings.watermark
+    )
+
     # compute views
     stats = booth_stats(entries, settings.window)
     trips = vehicle_trips(entries, exits, settings.max_trip)
+    registration_decisions = registrations_at_entry_stream(plates)
+    exitless = count_diagnostics(missing_exits(entries, exits, settings.max_trip), settings.window)
+    unregistered = unregistered_entry_counts(spark, settings)
 
-    # write sinks
-    writers = [
+    # write sinks: the second phase reads what the first writes (the internal topic)
+    first_phase = [
         dead_letter_writer(decoded.dead_letters, settings),
         view_writer("booth_stats", stats, settings, output_mode="update"),
         # append: a trip is final once no earlier exit can still arrive (watermark + max_trip)
         view_writer("vehicle_trips", trips, settings, output_mode="append"),
-    ]
-    queries = [_started(writer, settings, available_now) for writer in writers]
+        registration_decisions.writeStream.queryName("speed.expired_registrations")
+        .outputMode("append")
+        .foreachBatch(publish_registration_decisions(settings))
+        .option("checkpointLocation", str(settings.checkpoints_dir / "speed" / "registrations")),
+        view_writer(
+            "diagnostics", exitless, settings, output_mode="append",
+            part=DiagnosticReason.MISSING_EXIT.value,
+        ),
+    ]  # fmt: skip
+    second_phase = [
+        view_writer(
+            "diagnostics", unregistered, settings, output_mode="update",
+            part=DiagnosticReason.MISSING_REGISTRATION.value,
+        ),
+    ]  # fmt: skip
+    # continuous: everything at once; available-now: drain phase by phase
+    phases = [first_phase, second_phase] if available_now else [first_phase + second_phase]
+    started: list[StreamingQuery] = []
+    stopping = False
 
     def stop(signum: int, frame: FrameType | None) -> None:
+        nonlocal stopping
+        stopping = True
         log_event(logger, "speed_stopping", signal=signal.Signals(signum).name)
-        for query in queries:
+        for query in started:
             query.stop()
 
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        for query in queries:
-            query.awaitTermination()
+        for phase in phases:
+            if stopping:
+                break
+            queries = [_started(writer, settings, available_now) for writer in phase]
+            started += queries
+            for query in queries:
+                query.awaitTermination()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        listener.wait_for_terminations(str(query.id) for query in queries)
+        listener.wait_for_terminations(str(query.id) for query in started)
         spark.streams.removeListener(listener)
         listener.close()
-    failed = [query.name for query in queries if query.exception() is not None]
+    failed = [query.name for query in started if query.exception() is not None]
     if failed:
         raise RuntimeError(f"speed queries failed: {', '.join(failed)}")
     log_event(logger, "speed_stopped")

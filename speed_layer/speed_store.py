@@ -60,14 +60,20 @@ def publish_view(view_name: str, settings: Settings) -> Callable[[DataFrame, int
 
 
 def view_writer(
-    view_name: str, rows: DataFrame, settings: Settings, output_mode: str
+    view_name: str, rows: DataFrame, settings: Settings, output_mode: str, part: str | None = None
 ) -> DataStreamWriter:
-    """A streaming writer of a view to the speed store (not started; add the trigger)."""
+    """A streaming writer of a view to the speed store (not started; add the trigger).
+
+    ``part`` names one of several queries writing disjoint keys of the same view
+    (each needs its own name and checkpoint).
+    """
+    name = view_name if part is None else f"{view_name}.{part}"
+    checkpoint = settings.checkpoints_dir / "speed" / view_name / (part or "")
     return (
-        rows.writeStream.queryName(f"speed.{view_name}")
+        rows.writeStream.queryName(f"speed.{name}")
         .outputMode(output_mode)
         .foreachBatch(publish_view(view_name, settings))
-        .option("checkpointLocation", str(settings.checkpoints_dir / "speed" / view_name))
+        .option("checkpointLocation", str(checkpoint))
     )
 
 
