@@ -88,3 +88,13 @@ def exit_value(event_id: str, booth: str, plate: str, exit_time: str) -> bytes:
         "license_plate": plate,
     }
     return json.dumps(exit_).encode()
+
+
+def registration_value(
+    event_id: str, registration_id: str, plate: str, expired: bool, at: str
+) -> bytes:
+    registration = {
+        "event_id": event_id, "registration_id": registration_id, "license_plate": plate,
+        "expired": expired, "registration_time": at,
+    }  # fmt: skip
+    return json.dumps(registration).encode()

@@ -17,6 +17,7 @@ from tests.integration.speed_helpers import (
     exit_value,
     isolated_settings,
     read_all,
+    registration_value,
     send,
     speed_view,
 )
@@ -164,3 +165,72 @@ def test_vehicle_trips_are_final_once_no_earlier_exit_can_arrive(
         {"booth_id": "b2", "license_plate": "P1", "entry_time": "2026-01-05T10:01:00.000Z",
          "exit_time": "2026-01-05T10:31:00.000Z", "duration_seconds": Decimal("1800.0")},
     ]  # fmt: skip
+
+
+def test_expired_registrations_and_diagnostics(
+    kafka: Settings, spark: SparkSession, tmp_path: Path
+) -> None:
+    settings = isolated_settings(kafka, tmp_path)
+    send(settings, settings.topics.registrations, [
+        (b"P1", registration_value("r1", "R1", "P1", False, "2025-12-20T09:00:00.000Z"), "2025-12-20T09:00:00.100Z"),
+        (b"P2", registration_value("r2", "R2", "P2", True, "2025-12-01T00:00:00.000Z"), "2025-12-01T00:00:00.100Z"),
+        (b"P1", registration_value("r1b", "R1b", "P1", True, "2026-01-05T10:00:30.000Z"), "2026-01-05T10:00:30.100Z"),
+    ])  # fmt: skip
+    send(settings, settings.topics.entries, [
+        (b"P1", entry_value("e1", "b1", "P1", "2026-01-05T10:00:10.000Z", "2.50"), "2026-01-05T10:00:10.100Z"),
+        (b"P1", entry_value("e4", "b2", "P1", "2026-01-05T10:01:00.000Z", "7.25"), "2026-01-05T10:01:00.100Z"),
+        (b"P2", entry_value("e2", "b1", "P2", "2026-01-05T10:03:00.000Z", "4.00"), "2026-01-05T10:03:00.100Z"),
+        (b"P3", entry_value("e3", "b1", "P3", "2026-01-05T10:05:00.000Z", "5.75"), "2026-01-05T10:05:00.100Z"),
+        # closes the morning; itself undecided at the end of the run
+        (b"P9", entry_value("e9", "b9", "P9", "2026-01-05T12:30:00.000Z", "1.00"), "2026-01-05T12:30:00.100Z"),
+    ])  # fmt: skip
+    send(settings, settings.topics.exits, [
+        (b"P1", exit_value("x1", "b1", "P1", "2026-01-05T10:12:00.000Z"), "2026-01-05T10:12:00.100Z"),
+        (b"P1", exit_value("x4", "b2", "P1", "2026-01-05T10:31:00.000Z"), "2026-01-05T10:31:00.100Z"),
+        (b"P2", exit_value("x2", "b1", "P2", "2026-01-05T11:04:00.000Z"), "2026-01-05T11:04:00.100Z"),
+        (b"P9", exit_value("x9", "b9", "P9", "2026-01-05T12:31:00.000Z"), "2026-01-05T12:31:00.100Z"),
+    ])  # fmt: skip
+    job.run(spark, settings, available_now=True)
+
+    expired = sorted(
+        (without_batch_id(row) for row in speed_view(settings, "expired_registrations").values()),
+        key=lambda row: str(row["entry_time"]),
+    )
+    assert expired == [
+        {
+            "booth_id": "b2",
+            "license_plate": "P1",
+            "entry_time": "2026-01-05T10:01:00.000Z",
+            "registration_id": "R1b",
+        },
+        {
+            "booth_id": "b1",
+            "license_plate": "P2",
+            "entry_time": "2026-01-05T10:03:00.000Z",
+            "registration_id": "R2",
+        },
+    ]
+    diagnostics = sorted(
+        (without_batch_id(row) for row in speed_view(settings, "diagnostics").values()),
+        key=lambda row: (str(row["window_start"]), str(row["reason"])),
+    )
+    assert diagnostics == [
+        {
+            "booth_id": "b1",
+            "window_start": "2026-01-05T10:00:00.000Z",
+            "reason": "missing_exit",
+            "count": 1,
+        },
+        {
+            "booth_id": "b1",
+            "window_start": "2026-01-05T10:05:00.000Z",
+            "reason": "missing_exit",
+            "count": 1,
+        },
+        {
+            "booth_id": "b1",
+            "window_start": "2026-01-05T10:05:00.000Z",
+            "reason": "missing_registration",
+            "count": 1,
+        },
+    ]
