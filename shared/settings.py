@@ -132,6 +132,9 @@ class Settings(BaseSettings):
     speed_trigger: Duration = Field(
         timedelta(seconds=1), description="micro-batch interval of the continuous speed job"
     )
+    speed_max_offsets_per_trigger: int | None = Field(
+        None, ge=1, description="cap on Kafka records per micro-batch (none = all available)"
+    )
 
     # --- serving -------------------------------------------------------------
     api_keys: Annotated[list[str], NoDecode, BeforeValidator(_split_commas)] = Field(

@@ -43,13 +43,15 @@ logger = logging.getLogger("lambdaline.speed")
 
 
 def read_input_topics(spark: SparkSession, settings: Settings) -> DataFrame:
-    return (
+    reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
         .option("subscribe", ",".join(input_topics(settings)))
         .option("startingOffsets", "earliest")
-        .load()
     )
+    if settings.speed_max_offsets_per_trigger is not None:
+        reader = reader.option("maxOffsetsPerTrigger", settings.speed_max_offsets_per_trigger)
+    return reader.load()
 
 
 def delay(watermark: timedelta) -> str:

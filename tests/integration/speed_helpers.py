@@ -98,3 +98,42 @@ def registration_value(
         "expired": expired, "registration_time": at,
     }  # fmt: skip
     return json.dumps(registration).encode()
+
+
+CLOSING_BOOTH = "closing"
+
+
+def close_the_day(settings: Settings) -> None:
+    """A registered vehicle at a booth of its own, a day later, with its exit.
+
+    It pushes every watermark a day past the data, so all of the data's rows
+    become final; tests leave the closing booth's own rows out.
+    """
+    plate, at = b"CLOSE-1", "2026-01-06T12:00:00.000Z"
+    send(
+        settings,
+        settings.topics.registrations,
+        [
+            (
+                plate,
+                registration_value("c-r", "C-R", "CLOSE-1", False, "2026-01-06T11:00:00.000Z"),
+                "2026-01-06T11:00:00.100Z",
+            )
+        ],
+    )
+    send(
+        settings,
+        settings.topics.entries,
+        [(plate, entry_value("c-e", CLOSING_BOOTH, "CLOSE-1", at, "1.00"), at)],
+    )
+    send(
+        settings,
+        settings.topics.exits,
+        [
+            (
+                plate,
+                exit_value("c-x", CLOSING_BOOTH, "CLOSE-1", "2026-01-06T12:01:00.000Z"),
+                "2026-01-06T12:01:00.100Z",
+            )
+        ],
+    )

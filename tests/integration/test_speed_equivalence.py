@@ -1,0 +1,99 @@
+"""Speed layer == the shared view functions on the same events as a static DataFrame.
+
+The input has no lateness beyond the watermark (the generator's late fraction is
+zero). Closing events a day after the data push every watermark past it, so
+every row the speed layer will ever emit for the data is final; the rows of the
+closing booth itself are left out of the comparison.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from lambdaline.generator import GeneratorConfig, send_to_kafka
+from shared.events import TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION
+from shared.settings import Settings
+from shared.topics import input_topics
+from shared.validation import decode_records
+from shared.views import (
+    VIEW_KEYS,
+    booth_stats,
+    diagnostics,
+    expired_registrations,
+    vehicle_trips,
+    without_duplicates,
+)
+from speed_layer import job
+from speed_layer.speed_store import JSON_OPTIONS
+from tests.integration.speed_helpers import (
+    CLOSING_BOOTH,
+    close_the_day,
+    isolated_settings,
+    speed_view,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def as_speed_rows(frame: DataFrame, view: str) -> dict[str, dict[str, Any]]:
+    """Static view rows in the speed store's shape: keyed by the JSON of the view key."""
+    keyed = frame.select(
+        F.to_json(F.struct(*VIEW_KEYS[view]), JSON_OPTIONS).alias("key"),
+        F.to_json(F.struct(*frame.columns), JSON_OPTIONS).alias("value"),
+    )
+    return {row.key: json.loads(row.value, parse_float=Decimal) for row in keyed.collect()}
+
+
+def without(rows: dict[str, dict[str, Any]], booth: str) -> dict[str, dict[str, Any]]:
+    return {
+        key: {name: value for name, value in row.items() if name != "batch_id"}
+        for key, row in rows.items()
+        if row["booth_id"] != booth
+    }
+
+
+def test_speed_views_equal_the_static_view_functions(
+    kafka: Settings, spark: SparkSession, tmp_path: Path
+) -> None:
+    settings = isolated_settings(kafka, tmp_path)
+    config = GeneratorConfig(
+        events=1500, seed=3, plates=300, late=0.0, malformed=0.02, duplicate=0.02,
+        start=datetime(2026, 1, 5, 6, tzinfo=UTC),
+    )  # fmt: skip
+    send_to_kafka(config, settings, workers=1)
+    close_the_day(settings)
+
+    job.run(spark, settings, available_now=True)
+
+    raw = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        .option("subscribe", ",".join(input_topics(settings)))
+        .option("startingOffsets", "earliest")
+        .load()
+    )
+    decoded = decode_records(raw, settings.topics, settings.max_future_skew)
+    entries = without_duplicates(decoded.of(TOLL_ENTRY)).cache()
+    exits = without_duplicates(decoded.of(TOLL_EXIT)).cache()
+    registrations = without_duplicates(decoded.of(VEHICLE_REGISTRATION)).cache()
+    truth = {
+        "booth_stats": booth_stats(entries, settings.window),
+        "vehicle_trips": vehicle_trips(entries, exits, settings.max_trip),
+        "expired_registrations": expired_registrations(entries, registrations),
+        "diagnostics": diagnostics(
+            entries, exits, registrations, settings.window, settings.max_trip
+        ),
+    }
+    for view, frame in truth.items():
+        expected = without(as_speed_rows(frame, view), CLOSING_BOOTH)
+        actual = without(speed_view(settings, view), CLOSING_BOOTH)
+        assert expected, f"{view}: the input should produce rows"
+        assert actual == expected, view
