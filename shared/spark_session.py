@@ -4,6 +4,12 @@ Local runs get ``spark_master`` (default ``local[*]``), a capped driver heap and
 few shuffle partitions. Under ``spark-submit`` the session already exists and
 its master, memory and jars come from the submit command; only the SQL settings
 the views depend on (UTC session time zone, shuffle partitions) are applied.
+
+State stays in Spark's default HDFS-backed state store: on this project's small
+local state it measured faster than RocksDB (no-data micro-batches of the join
+queries took 3-6 s instead of ~40 s on two cores). For large state on a cluster,
+pass ``--conf spark.sql.streaming.stateStore.providerClass=...RocksDBStateStoreProvider``
+to spark-submit (before the first run: a checkpoint keeps its provider).
 """
 
 from __future__ import annotations
@@ -39,8 +45,6 @@ def spark_session(
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", str(settings.spark_shuffle_partitions))
-        .config("spark.sql.streaming.stateStore.providerClass",
-                "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
         .getOrCreate()
     )  # fmt: skip
     session.conf.set("spark.sql.session.timeZone", "UTC")

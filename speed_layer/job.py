@@ -17,11 +17,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.streaming.readwriter import DataStreamWriter
 
-from shared.events import TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION, EventType
+from shared.events import EVENT_TYPES, TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION, EventType
 from shared.logs import log_event
 from shared.settings import Settings
 from shared.topics import input_topics
-from shared.validation import decode_records
+from shared.validation import DecodedRecords, decode_records
 from shared.views import (
     DiagnosticReason,
     booth_stats,
@@ -42,11 +42,15 @@ from speed_layer.speed_store import dead_letter_writer, view_writer
 logger = logging.getLogger("lambdaline.speed")
 
 
-def read_input_topics(spark: SparkSession, settings: Settings) -> DataFrame:
+def read_input_topics(
+    spark: SparkSession, settings: Settings, event_types: tuple[EventType, ...] = EVENT_TYPES
+) -> DataFrame:
+    """A streaming read of the topics of these event types (raw Kafka records)."""
+    topics = [event_type.topic(settings.topics) for event_type in event_types]
     reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
-        .option("subscribe", ",".join(input_topics(settings)))
+        .option("subscribe", ",".join(topics))
         .option("startingOffsets", "earliest")
     )
     if settings.speed_max_offsets_per_trigger is not None:
@@ -82,28 +86,37 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
     listener = ProgressPublisher(settings)
     spark.streams.addListener(listener)
 
-    # read sources
-    raw = read_input_topics(spark, settings)
+    # read sources and decode them by the shared rule; every query is a Kafka
+    # consumer of its own, so each reads only the topics its views need
+    def decoded(*event_types: EventType) -> DecodedRecords:
+        raw = read_input_topics(spark, settings, event_types)
+        return decode_records(raw, settings.topics, settings.max_future_skew)
 
-    # decode: valid events and dead letters, by the shared rule
-    decoded = decode_records(raw, settings.topics, settings.max_future_skew)
-    entries = with_event_time(decoded.of(TOLL_ENTRY), TOLL_ENTRY, settings.watermark)
-    exits = with_event_time(decoded.of(TOLL_EXIT), TOLL_EXIT, settings.watermark)
+    everything = decoded(*EVENT_TYPES)
+    entry_events = decoded(TOLL_ENTRY).of(TOLL_ENTRY)
+    trip_events = decoded(TOLL_ENTRY, TOLL_EXIT)
+    plate_sources = decoded(TOLL_ENTRY, VEHICLE_REGISTRATION)
 
+    # event time: watermarks, then duplicates dropped within them
+    entries = with_event_time(entry_events, TOLL_ENTRY, settings.watermark)
+    trip_entries = with_event_time(trip_events.of(TOLL_ENTRY), TOLL_ENTRY, settings.watermark)
+    trip_exits = with_event_time(trip_events.of(TOLL_EXIT), TOLL_EXIT, settings.watermark)
     plates = plate_events(
-        decoded.of(TOLL_ENTRY), decoded.of(VEHICLE_REGISTRATION), settings.watermark
+        plate_sources.of(TOLL_ENTRY), plate_sources.of(VEHICLE_REGISTRATION), settings.watermark
     )
 
     # compute views
     stats = booth_stats(entries, settings.window)
-    trips = vehicle_trips(entries, exits, settings.max_trip)
+    trips = vehicle_trips(trip_entries, trip_exits, settings.max_trip)
     registration_decisions = registrations_at_entry_stream(plates)
-    exitless = count_diagnostics(missing_exits(entries, exits, settings.max_trip), settings.window)
+    exitless = count_diagnostics(
+        missing_exits(trip_entries, trip_exits, settings.max_trip), settings.window
+    )
     unregistered = unregistered_entry_counts(spark, settings)
 
     # write sinks: the second phase reads what the first writes (the internal topic)
     first_phase = [
-        dead_letter_writer(decoded.dead_letters, settings),
+        dead_letter_writer(everything.dead_letters, settings),
         view_writer("booth_stats", stats, settings, output_mode="update"),
         # append: a trip is final once no earlier exit can still arrive (watermark + max_trip)
         view_writer("vehicle_trips", trips, settings, output_mode="append"),

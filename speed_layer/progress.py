@@ -38,6 +38,7 @@ def progress_record(progress: Any) -> dict[str, Any]:
         "batch_duration_ms": progress.batchDuration,
         "rows_dropped_by_watermark": sum(op.numRowsDroppedByWatermark for op in operators),
         "state_rows": sum(op.numRowsTotal for op in operators),
+        "source_end_offsets": [json.loads(source.endOffset or "{}") for source in progress.sources],
     }
 
 
