@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import signal
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import FrameType
 from typing import Annotated, Any
@@ -166,6 +166,15 @@ def _instant(value: str) -> datetime:
     return parsed.astimezone(UTC)
 
 
+def _duration(text: str, option: str) -> timedelta:
+    parsed = parse_duration(text)
+    if not isinstance(parsed, timedelta):
+        raise typer.BadParameter(
+            f"{text!r} is not a duration like 90s, 3m or 1h", param_hint=option
+        )
+    return parsed
+
+
 def _print_summary(summary: event_generator.GeneratorSummary, target: str) -> None:
     table = Table("kind", "records", title=f"generated to {target}")
     for kind, count in sorted(summary.by_kind.items()):
@@ -234,6 +243,9 @@ def generate(
     missing_exit: Annotated[
         float, _fraction("entries without exit")
     ] = _GENERATOR_DEFAULTS.missing_exit,
+    duration: Annotated[
+        str | None, typer.Option(help="stop after this much simulated time, e.g. 10m")
+    ] = None,
     out_file: Annotated[
         Path | None, typer.Option("--out", help="write JSON lines here instead of Kafka")
     ] = None,
@@ -243,11 +255,8 @@ def generate(
 ) -> None:
     """Generate a seeded toll-booth stream to Kafka (or to a JSON-lines file)."""
     settings = _settings()
-    lateness = parse_duration(late_mean)
-    if not hasattr(lateness, "total_seconds"):
-        raise typer.BadParameter(
-            f"{late_mean!r} is not a duration like 3m", param_hint="--late-mean"
-        )
+    lateness = _duration(late_mean, "--late-mean")
+    stop_after = None if duration is None else _duration(duration, "--duration")
     try:
         config = event_generator.GeneratorConfig(
             events=events, seed=seed,
@@ -255,6 +264,7 @@ def generate(
             traffic=traffic, rate=rate, speedup=speedup, booths=booths, plates=plates,
             late=late, late_mean=lateness, duplicate=duplicate, malformed=malformed,
             expired=expired, unregistered=unregistered, missing_exit=missing_exit,
+            duration=stop_after,
         )  # fmt: skip
     except ValueError as error:
         raise typer.BadParameter(str(error)) from None

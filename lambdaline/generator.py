@@ -107,6 +107,9 @@ class GeneratorConfig:
     expired: float = 0.05
     unregistered: float = 0.01
     missing_exit: float = 0.02
+    duration: timedelta | None = None
+    """Stop at start + duration of simulated time: records due later (exits of late
+    trips, delayed duplicates) are not sent. None: send everything."""
 
     def __post_init__(self) -> None:
         if self.events < 0:
@@ -355,7 +358,10 @@ def shard_records(
     streams = [
         _Shard(config, settings, shard, settings.kafka_partitions).records() for shard in shards
     ]
+    stop_ms = None if config.duration is None else _ms(config.start + config.duration)
     for *_, record in heapq.merge(*streams):
+        if stop_ms is not None and record.timestamp_ms > stop_ms:
+            return
         yield record
 
 

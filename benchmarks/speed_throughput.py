@@ -1,0 +1,174 @@
+"""Speed-layer throughput and latency on this machine (a measurement, not a test).
+
+    .venv/bin/python benchmarks/speed_throughput.py [--rates 500,1000,2000] [--seconds 60]
+
+Starts its own broker (free ports, temporary state), creates the topics and runs
+`lambdaline speed run` continuously in a process group of its own. For each rate
+it streams generated events in real time (simulated time = wall time, so event
+time is when the event was sent) for `--seconds`, then reports:
+
+- processed: input rows the booth_stats query took per second during the step,
+  from its own progress reports on speed.progress;
+- micro-batch time p50/p99 (the trigger is 1 s; sustainable means it stays under);
+- backlog at the end of the step: input records the query had not yet read
+  (Kafka end offsets minus the offsets of its last reported micro-batch);
+- event-to-speed-store latency p50/p99: for every speed.booth_stats record
+  written during the step, its Kafka timestamp (when Spark wrote it) minus the
+  newest entry_time it covers (when that event was sent).
+
+Everything it starts it stops, by pid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from kafka import KafkaConsumer, TopicPartition
+
+from lambdaline import kafka_broker
+from lambdaline.generator import GeneratorConfig, send_to_kafka
+from lambdaline.topics import create_topics
+from shared.settings import Settings
+from shared.topics import speed_topic
+
+RECORDS_PER_ENTRY = 2.05  # entries, exits, registrations, 1 % duplicates, 1 % malformed
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _read(settings: Settings, topic: str) -> list[Any]:
+    consumer = KafkaConsumer(
+        topic, bootstrap_servers=settings.kafka_bootstrap, auto_offset_reset="earliest",
+        group_id=None, consumer_timeout_ms=2000,
+    )  # fmt: skip
+    records = list(consumer)
+    consumer.close()
+    return records
+
+
+def _end_offsets(settings: Settings, topic: str) -> int:
+    consumer = KafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, group_id=None)
+    partitions = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or []]
+    total = sum(consumer.end_offsets(partitions).values())
+    consumer.close()
+    return total
+
+
+def _ms(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000
+
+
+def measure_step(settings: Settings, rate: int, seconds: int, began_ms: float) -> dict[str, Any]:
+    """Stream at `rate` records/s for `seconds`, then read what the speed job reported."""
+    start = datetime.now(UTC)
+    config = GeneratorConfig(
+        events=int(rate * seconds / RECORDS_PER_ENTRY), seed=rate, start=start,
+        traffic=rate / RECORDS_PER_ENTRY, speedup=1.0, late=0.0, plates=5000,
+        duration=timedelta(seconds=seconds),  # exits of trips still open are not waited for
+    )  # fmt: skip
+    step_began = time.time() * 1000
+    send_to_kafka(config, settings)
+    time.sleep(5)  # let the last micro-batches report
+    step_ended = time.time() * 1000
+
+    progress = [json.loads(r.value) for r in _read(settings, settings.topics.speed_progress)]
+    stats = [
+        p for p in progress
+        if p["query"] == "speed.booth_stats" and step_began <= _ms(p["timestamp"]) <= step_ended
+    ]  # fmt: skip
+    with_input = [p for p in stats if p["num_input_rows"] > 0]
+    processed = sum(p["num_input_rows"] for p in with_input)
+    processed_offsets = 0
+    if stats:
+        for source in stats[-1]["source_end_offsets"]:
+            processed_offsets += sum(sum(parts.values()) for parts in source.values())
+    backlog = _end_offsets(settings, settings.topics.entries) - processed_offsets
+
+    latencies = []
+    for record in _read(settings, speed_topic(settings, "booth_stats")):
+        if record.timestamp >= step_began:
+            row = json.loads(record.value)
+            latencies.append((record.timestamp - _ms(row["last_entry_time"])) / 1000)
+    durations = [p["batch_duration_ms"] / 1000 for p in with_input]
+    return {
+        "offered_records_per_s": rate,
+        "processed_entry_rows_per_s": round(processed / ((step_ended - step_began) / 1000)),
+        "microbatches": len(with_input),
+        "microbatch_s": {"p50": _percentile(durations, 0.5), "p99": _percentile(durations, 0.99)},
+        "entries_backlog_at_end": backlog,
+        "latency_s": {"p50": _percentile(latencies, 0.5), "p99": _percentile(latencies, 0.99)},
+        "latency_samples": len(latencies),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rates", default="500,1000,2000", help="records/s, comma-separated")
+    parser.add_argument("--seconds", type=int, default=60, help="duration of each rate step")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="lambdaline-speed-bench-") as state:
+        settings = Settings(
+            state_dir=Path(state),
+            kafka_bootstrap=f"127.0.0.1:{_free_port()}",
+            kafka_controller_port=_free_port(),
+        )
+        kafka_broker.start(settings)
+        job = None
+        try:
+            create_topics(settings)
+            env = {
+                **os.environ,
+                "LAMBDALINE_STATE_DIR": state,
+                "LAMBDALINE_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+            }
+            with (Path(state) / "speed.log").open("wb") as log:
+                job = subprocess.Popen(
+                    [sys.executable, "-m", "lambdaline.cli", "speed", "run"], env=env,
+                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                )  # fmt: skip
+            time.sleep(30)  # start-up: JVM, six queries planned
+            began = time.time() * 1000
+            results = [
+                measure_step(settings, int(rate), args.seconds, began)
+                for rate in args.rates.split(",")
+            ]
+        finally:
+            if job is not None:
+                os.killpg(job.pid, signal.SIGTERM)
+                try:
+                    job.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    os.killpg(job.pid, signal.SIGKILL)
+                    job.wait()
+            kafka_broker.stop(settings)
+
+    print(f"machine: {os.cpu_count()} cores; step: {args.seconds} s; trigger 1 s; "
+          f"run at {datetime.now(UTC):%Y-%m-%dT%H:%MZ}")  # fmt: skip
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
