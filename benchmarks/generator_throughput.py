@@ -15,21 +15,13 @@ import argparse
 import os
 import platform
 import resource
-import socket
 import tempfile
 from pathlib import Path
 
-from lambdaline import kafka_broker
 from lambdaline.generator import GeneratorConfig, send_to_kafka
+from lambdaline.kafka_broker import ephemeral_broker
 from lambdaline.topics import create_topics
 from shared.jvm import pom_properties
-from shared.settings import Settings
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def main() -> None:
@@ -39,21 +31,14 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=2)
     args = parser.parse_args()
 
-    with tempfile.TemporaryDirectory(prefix="lambdaline-bench-") as state:
-        settings = Settings(
-            state_dir=Path(state),
-            kafka_bootstrap=f"127.0.0.1:{_free_port()}",
-            kafka_controller_port=_free_port(),
-            kafka_partitions=args.partitions,
-        )
-        kafka_broker.start(settings)
-        try:
-            create_topics(settings)
-            before = resource.getrusage(resource.RUSAGE_CHILDREN)
-            summary = send_to_kafka(GeneratorConfig(events=args.events), settings, args.workers)
-            after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        finally:
-            kafka_broker.stop(settings)
+    with (
+        tempfile.TemporaryDirectory(prefix="lambdaline-bench-") as state,
+        ephemeral_broker(Path(state), kafka_partitions=args.partitions) as settings,
+    ):
+        create_topics(settings)
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        summary = send_to_kafka(GeneratorConfig(events=args.events), settings, args.workers)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
 
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     records = summary.records

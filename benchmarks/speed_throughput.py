@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,19 +35,13 @@ from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
 
-from lambdaline import kafka_broker
 from lambdaline.generator import GeneratorConfig, send_to_kafka
+from lambdaline.kafka_broker import ephemeral_broker
 from lambdaline.topics import create_topics
 from shared.settings import Settings
 from shared.topics import speed_topic
 
 RECORDS_PER_ENTRY = 2.05  # entries, exits, registrations, 1 % duplicates, 1 % malformed
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -129,13 +122,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=60, help="duration of each rate step")
     args = parser.parse_args()
 
-    with tempfile.TemporaryDirectory(prefix="lambdaline-speed-bench-") as state:
-        settings = Settings(
-            state_dir=Path(state),
-            kafka_bootstrap=f"127.0.0.1:{_free_port()}",
-            kafka_controller_port=_free_port(),
-        )
-        kafka_broker.start(settings)
+    with (
+        tempfile.TemporaryDirectory(prefix="lambdaline-speed-bench-") as state,
+        ephemeral_broker(Path(state)) as settings,
+    ):
         job = None
         try:
             create_topics(settings)
@@ -163,7 +153,6 @@ def main() -> None:
                 except subprocess.TimeoutExpired:
                     os.killpg(job.pid, signal.SIGKILL)
                     job.wait()
-            kafka_broker.stop(settings)
 
     print(f"machine: {os.cpu_count()} cores; step: {args.seconds} s; trigger 1 s; "
           f"run at {datetime.now(UTC):%Y-%m-%dT%H:%MZ}")  # fmt: skip

@@ -22,9 +22,11 @@ import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from kafka import KafkaAdminClient
 from kafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
@@ -325,3 +327,29 @@ def status(settings: Settings) -> BrokerStatus:
         answering=_answers(settings),
         paths=paths,
     )
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on right now (the OS's pick)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
+@contextlib.contextmanager
+def ephemeral_broker(state_dir: Path, **overrides: Any) -> Iterator[Settings]:
+    """A broker of its own on free ports under state_dir, stopped (by pid) on exit.
+
+    For tests and benchmarks: it never touches the configured broker or ports.
+    """
+    settings = Settings(
+        state_dir=state_dir,
+        kafka_bootstrap=f"127.0.0.1:{free_port()}",
+        kafka_controller_port=free_port(),
+        **overrides,
+    )
+    start(settings)
+    try:
+        yield settings
+    finally:
+        stop(settings)

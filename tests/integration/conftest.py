@@ -5,24 +5,18 @@ It runs on free ports with its own state folder and is stopped (by pid) at the e
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from lambdaline import kafka_broker
+from lambdaline.kafka_broker import ephemeral_broker, free_port
 from lambdaline.topics import create_topics
 from shared.settings import Settings
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def broker_settings(state_dir: Path) -> Settings:
+    """Settings for a broker of a test's own (started by the test), on free ports."""
     return Settings(
         state_dir=state_dir,
         kafka_bootstrap=f"127.0.0.1:{free_port()}",
@@ -34,10 +28,6 @@ def broker_settings(state_dir: Path) -> Settings:
 @pytest.fixture(scope="session")
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
     """Settings pointing at a running broker with every lambdaline topic created."""
-    settings = broker_settings(tmp_path_factory.mktemp("kafka-state"))
-    kafka_broker.start(settings)
-    try:
+    with ephemeral_broker(tmp_path_factory.mktemp("kafka-state"), kafka_heap="512m") as settings:
         create_topics(settings)
         yield settings
-    finally:
-        kafka_broker.stop(settings)
