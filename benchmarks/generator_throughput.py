@@ -15,6 +15,8 @@ import argparse
 import os
 import platform
 import resource
+import signal
+import sys
 import tempfile
 from pathlib import Path
 
@@ -30,6 +32,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=None, help="producer processes")
     parser.add_argument("--partitions", type=int, default=2)
     args = parser.parse_args()
+    # a SIGTERM (e.g. from `timeout`) must still run the clean-up below, which
+    # stops the broker and the jobs this script started; by default it would not
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
     with (
         tempfile.TemporaryDirectory(prefix="lambdaline-bench-") as state,

@@ -121,6 +121,9 @@ def main() -> None:
     parser.add_argument("--rates", default="500,1000,2000", help="records/s, comma-separated")
     parser.add_argument("--seconds", type=int, default=60, help="duration of each rate step")
     args = parser.parse_args()
+    # a SIGTERM (e.g. from `timeout`) must still run the clean-up below, which
+    # stops the broker and the jobs this script started; by default it would not
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
     with (
         tempfile.TemporaryDirectory(prefix="lambdaline-speed-bench-") as state,
