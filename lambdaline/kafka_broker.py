@@ -179,14 +179,6 @@ def _port_open(host: str, port: int) -> bool:
         return probe.connect_ex((host, port)) == 0
 
 
-def _bootstrap_servers(settings: Settings) -> list[tuple[str, int]]:
-    servers = []
-    for server in settings.kafka_bootstrap.split(","):
-        host, _, port = server.strip().rpartition(":")
-        servers.append((host, int(port)))
-    return servers
-
-
 def admin_client(settings: Settings, client_id: str = "lambdaline") -> KafkaAdminClient:
     """An admin client for the configured cluster, failing fast if no bootstrap server listens.
 
@@ -194,7 +186,7 @@ def admin_client(settings: Settings, client_id: str = "lambdaline") -> KafkaAdmi
     thread running until its own timeouts pass; a refused connection is known at
     once, so it is checked first.
     """
-    if not any(_port_open(host, port) for host, port in _bootstrap_servers(settings)):
+    if not any(_port_open(host, port) for host, port in settings.bootstrap_servers):
         raise KafkaConnectionError(f"nothing listens on {settings.kafka_bootstrap}")
     timeout_ms = int(settings.kafka_timeout.total_seconds() * 1000)
     return KafkaAdminClient(

@@ -47,6 +47,17 @@ def parse_duration(value: Any) -> Any:
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
 
 
+def parse_servers(servers: str) -> list[tuple[str, int]]:
+    """``host:port[,host:port]`` as (host, port) pairs; ValueError naming a bad one."""
+    parsed = []
+    for server in servers.split(","):
+        host, sep, port = server.strip().rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"{server!r} is not host:port")
+        parsed.append((host, int(port)))
+    return parsed
+
+
 def _split_commas(value: Any) -> Any:
     if isinstance(value, str):
         return [part.strip() for part in value.split(",") if part.strip()]
@@ -144,10 +155,7 @@ class Settings(BaseSettings):
     @field_validator("kafka_bootstrap")
     @classmethod
     def _valid_bootstrap(cls, value: str) -> str:
-        for server in value.split(","):
-            host, sep, port = server.strip().rpartition(":")
-            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-                raise ValueError(f"{server!r} is not host:port")
+        parse_servers(value)
         return value
 
     @field_validator(
@@ -183,12 +191,18 @@ class Settings(BaseSettings):
 
     # --- derived locations ----------------------------------------------------
     @property
+    def bootstrap_servers(self) -> list[tuple[str, int]]:
+        """(host, port) of every bootstrap server, in the order given."""
+        return parse_servers(self.kafka_bootstrap)
+
+    @property
     def bootstrap_host(self) -> str:
-        return self.kafka_bootstrap.split(",")[0].strip().rpartition(":")[0]
+        """Host of the first bootstrap server: where the embedded broker listens."""
+        return self.bootstrap_servers[0][0]
 
     @property
     def bootstrap_port(self) -> int:
-        return int(self.kafka_bootstrap.split(",")[0].strip().rpartition(":")[2])
+        return self.bootstrap_servers[0][1]
 
     @property
     def kafka_dir(self) -> Path:

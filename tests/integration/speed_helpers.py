@@ -47,9 +47,10 @@ def send(settings: Settings, topic: str, records: list[tuple[bytes, bytes, str]]
     producer.close()
 
 
-def read_all(settings: Settings, topic: str) -> list[Any]:
+def read_all(settings: Settings, *topics: str) -> list[Any]:
+    """Every record of the topics, from the beginning (no consumer group)."""
     consumer = KafkaConsumer(
-        topic,
+        *topics,
         bootstrap_servers=settings.kafka_bootstrap,
         auto_offset_reset="earliest",
         consumer_timeout_ms=3000,

@@ -6,13 +6,13 @@ from collections import Counter
 from datetime import UTC, datetime
 
 import pytest
-from kafka import KafkaConsumer
 from pyspark.sql import SparkSession
 
 from lambdaline.generator import KIND_HEADER, GeneratorConfig, send_to_kafka
 from shared.settings import Settings
 from shared.topics import input_topics
 from shared.validation import decode_records
+from tests.integration.speed_helpers import read_all
 from tests.unit.test_validation import RAW_SCHEMA
 
 pytestmark = pytest.mark.integration
@@ -28,15 +28,7 @@ def test_generated_stream_round_trips_and_malformed_records_fail_validation(
     summary = send_to_kafka(config, kafka, workers=2)
     assert summary.by_kind["entry"] == 3000
 
-    consumer = KafkaConsumer(
-        *input_topics(kafka),
-        bootstrap_servers=kafka.kafka_bootstrap,
-        auto_offset_reset="earliest",
-        consumer_timeout_ms=5000,
-        group_id=None,
-    )
-    records = list(consumer)
-    consumer.close()
+    records = read_all(kafka, *input_topics(kafka))
 
     kind_of = [dict(record.headers)[KIND_HEADER].decode() for record in records]
     assert len(records) == summary.records
