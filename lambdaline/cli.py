@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from batch_layer.cli import batch_app
 from lambdaline import generator as event_generator
 from lambdaline import kafka_broker
 from lambdaline.topics import create_topics
@@ -43,6 +44,7 @@ app.add_typer(kafka_app, name="kafka")
 app.add_typer(topics_app, name="topics")
 app.add_typer(jvm_app, name="jvm")
 app.add_typer(speed_app, name="speed")
+app.add_typer(batch_app, name="batch")
 
 
 def _settings() -> Settings:

@@ -22,6 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any
 
+from croniter import croniter
 from pydantic import BaseModel, BeforeValidator, Field, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
@@ -147,6 +148,26 @@ class Settings(BaseSettings):
         None, ge=1, description="cap on Kafka records per micro-batch (none = all available)"
     )
 
+    # --- batch layer -----------------------------------------------------------
+    master_dir: str | None = Field(
+        None,
+        description="master dataset (and its ingest checkpoint): a path or a Hadoop URL "
+        "(hdfs://, s3a://) every Spark executor can reach; default <state_dir>/master",
+    )
+    batch_store_dir: Path | None = Field(
+        None,
+        description="DuckDB versions and the CURRENT pointer, on the driver and the API "
+        "host; default <state_dir>/batch",
+    )
+    batch_keep_versions: int = Field(5, ge=1, description="published versions kept on disk")
+    batch_lookback_days: int = Field(
+        2, ge=0, description="days up to --date that every batch run recomputes"
+    )
+    batch_cron: str = Field("0 2 * * *", description="schedule of `lambdaline batch schedule`")
+    batch_max_offsets_per_trigger: int | None = Field(
+        1_000_000, ge=1, description="Kafka records per ingest micro-batch (none = all at once)"
+    )
+
     # --- serving -------------------------------------------------------------
     api_keys: Annotated[list[str], NoDecode, BeforeValidator(_split_commas)] = Field(
         default_factory=list, description="accepted X-API-Key values, comma-separated"
@@ -171,6 +192,21 @@ class Settings(BaseSettings):
     def _positive(cls, value: timedelta) -> timedelta:
         if value <= timedelta(0):
             raise ValueError("must be a positive duration")
+        return value
+
+    @field_validator("window")
+    @classmethod
+    def _divides_a_day(cls, value: timedelta) -> timedelta:
+        # the batch layer recomputes whole days: a window must not straddle midnight
+        if value > timedelta(0) and timedelta(days=1) % value != timedelta(0):
+            raise ValueError("must divide a day evenly (e.g. 1m, 5m, 15m, 1h)")
+        return value
+
+    @field_validator("batch_cron")
+    @classmethod
+    def _valid_cron(cls, value: str) -> str:
+        if not croniter.is_valid(value):
+            raise ValueError(f"{value!r} is not a cron expression (minute hour day month weekday)")
         return value
 
     @classmethod
@@ -215,6 +251,17 @@ class Settings(BaseSettings):
     @property
     def checkpoints_dir(self) -> Path:
         return self.state_dir / "checkpoints"
+
+    @property
+    def master_location(self) -> str:
+        """Where the master dataset lives, as Spark reads it (path or URL, no trailing /)."""
+        if self.master_dir:
+            return self.master_dir.rstrip("/")
+        return str((self.state_dir / "master").absolute())
+
+    @property
+    def batch_store(self) -> Path:
+        return self.batch_store_dir if self.batch_store_dir else self.state_dir / "batch"
 
 
 class SettingsError(Exception):

@@ -169,12 +169,14 @@ def _event_time(event_type: EventType) -> Column:
 
 
 def decode_records(
-    raw: DataFrame, topics: TopicSettings, max_future_skew: timedelta
+    raw: DataFrame, topics: TopicSettings, max_future_skew: timedelta, keep_raw: bool = False
 ) -> DecodedRecords:
     """Split raw Kafka records into valid events (per event type) and dead letters.
 
     Works on streaming and static DataFrames. Valid events have the event type's
-    schema (:attr:`EventType.spark_schema`) followed by the ``SOURCE_COLUMNS``.
+    schema (:attr:`EventType.spark_schema`) followed by the ``SOURCE_COLUMNS``
+    and, with ``keep_raw``, the record's own ``key`` and ``value`` bytes (the
+    batch layer's master dataset keeps both).
     """
     text = F.col("value").cast(T.StringType())
     is_utf8 = F.coalesce(F.is_valid_utf8(text), F.lit(False))
@@ -232,7 +234,9 @@ def decode_records(
     valid = classified.where(F.col("_reason").isNull())
     events = {
         event_type.name: valid.where(F.col("topic") == event_type.topic(topics)).select(
-            *[_typed_value(field) for field in event_type.fields], *source
+            *[_typed_value(field) for field in event_type.fields],
+            *source,
+            *([F.col("key"), F.col("value")] if keep_raw else []),
         )
         for event_type in EVENT_TYPES
     }

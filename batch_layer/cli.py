@@ -1,0 +1,167 @@
+"""``lambdaline batch ...``: the batch layer's commands."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from datetime import date
+from types import FrameType
+from typing import Annotated, Any
+
+import typer
+from croniter import croniter
+from rich.console import Console
+from rich.table import Table
+
+from batch_layer.publish import BatchStoreError, ListedVersion, list_versions, rollback
+from batch_layer.run import RunReport, default_run_date, run_batch
+from batch_layer.schedule import Scheduler, next_run_after, serve_until_signalled
+from shared.batch_store import STORE_TABLES
+from shared.logs import configure_logging
+from shared.settings import get_settings
+from shared.spark_session import spark_session
+
+batch_app = typer.Typer(
+    help="The batch layer: master dataset, nightly recompute, versioned DuckDB publish."
+)
+console = Console()
+
+
+def _fail(message: str) -> typer.Exit:
+    console.print(f"[red]error:[/red] {message}", highlight=False)
+    return typer.Exit(1)
+
+
+def _run_date(value: str | None) -> date:
+    if value is None:
+        return default_run_date()
+    try:
+        return date.fromisoformat(value)
+    except ValueError:
+        raise typer.BadParameter(f"{value!r} is not a date (YYYY-MM-DD)") from None
+
+
+def _summary(report: RunReport) -> Table:
+    assert report.version is not None
+    table = Table(title=f"batch run for {report.run_date} -> version {report.version.version}")
+    table.add_column("", style="bold")
+    table.add_column("", justify="right")
+    table.add_row("records ingested", f"{report.records_ingested:,}")
+    table.add_row("  of which dead letters", f"{report.dead_letters_ingested:,}")
+    table.add_row("ingest micro-batches", str(report.ingest_batches))
+    dates = report.recomputed_dates
+    shown = ", ".join(d.isoformat() for d in dates) if len(dates) <= 4 else (
+        f"{dates[0]} .. {dates[-1]} ({len(dates)} dates)"
+    )  # fmt: skip
+    table.add_row("dates recomputed", shown or "none")
+    for name, count in report.version.row_counts.items():
+        table.add_row(f"rows: {name}", f"{count:,}")
+    table.add_row("horizon", report.version.horizon.isoformat())
+    for step in ("ingest", "recompute", "publish", "total"):
+        table.add_row(f"seconds: {step}", f"{report.seconds.get(step, 0.0):.1f}")
+    return table
+
+
+@batch_app.command("run")
+def batch_run(
+    run_date: Annotated[
+        str | None,
+        typer.Option("--date", help="last event date to recompute (default: yesterday, UTC)"),
+    ] = None,
+    lookback_days: Annotated[
+        int | None,
+        typer.Option("--lookback-days", min=0, help="days up to --date recomputed every run"),
+    ] = None,
+) -> None:
+    """Ingest Kafka into the master dataset, recompute views, publish a new version."""
+    day = _run_date(run_date)
+    configure_logging()
+    settings = get_settings()
+
+    def terminate(signum: int, frame: FrameType | None) -> None:
+        sys.exit(128 + signum)  # unwind: release the lock, stop Spark
+
+    signal.signal(signal.SIGTERM, terminate)
+    spark = spark_session(settings, "lambdaline-batch")
+    lookback = settings.batch_lookback_days if lookback_days is None else lookback_days
+    try:
+        report = run_batch(spark, settings, day, lookback)
+    except BatchStoreError as error:
+        raise _fail(str(error)) from None
+    finally:
+        spark.stop()
+    console.print(_summary(report))
+
+
+def _version_document(listed: ListedVersion) -> dict[str, Any]:
+    manifest = listed.manifest
+    return {
+        "version": manifest.version,
+        "path": manifest.path,
+        "horizon": manifest.horizon.isoformat(),
+        "created_at": manifest.created_at.isoformat(),
+        "dates": len(manifest.dates),
+        "row_counts": manifest.row_counts,
+        "current": listed.current,
+    }
+
+
+@batch_app.command("versions")
+def batch_versions(
+    as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
+) -> None:
+    """List the published versions kept in the batch store."""
+    settings = get_settings()
+    documents = [_version_document(listed) for listed in list_versions(settings.batch_store)]
+    if as_json:
+        print(json.dumps(documents, indent=2))
+        return
+    if not documents:
+        console.print(f"no versions in {settings.batch_store} yet: run `lambdaline batch run`")
+        return
+    table = Table(title=f"batch versions in {settings.batch_store}")
+    names = [spec.name for spec in STORE_TABLES]
+    for column in ("version", "horizon", "created at", *names, "current"):
+        table.add_column(column, justify="right" if column in names else "left")
+    for document in documents:
+        counts = [f"{document['row_counts'].get(name, 0):,}" for name in names]
+        table.add_row(
+            str(document["version"]), document["horizon"][:16], document["created_at"][:19],
+            *counts, "*" if document["current"] else "",
+        )  # fmt: skip
+    console.print(table)
+
+
+@batch_app.command("rollback")
+def batch_rollback(
+    version: Annotated[int, typer.Argument(help="the version to serve (see `batch versions`)")],
+) -> None:
+    """Point CURRENT at another kept version (the API switches within seconds)."""
+    settings = get_settings()
+    try:
+        manifest = rollback(settings.batch_store, version)
+    except BatchStoreError as error:
+        raise _fail(str(error)) from None
+    console.print(f"serving version {manifest.version} (horizon {manifest.horizon.isoformat()})")
+
+
+@batch_app.command("schedule")
+def batch_schedule(
+    cron: Annotated[
+        str | None, typer.Option("--cron", help="cron expression (default: batch_cron setting)")
+    ] = None,
+) -> None:
+    """Run `lambdaline batch run` on a cron schedule (UTC) until Ctrl-C, one run at a time."""
+    configure_logging()
+    settings = get_settings()
+    expression = cron or settings.batch_cron
+    if not croniter.is_valid(expression):
+        raise typer.BadParameter(
+            f"{expression!r} is not a cron expression (minute hour day month weekday)",
+            param_hint="--cron",
+        )
+    scheduler = Scheduler(expression)
+    first = next_run_after(expression, scheduler.clock())
+    console.print(f"schedule {expression!r} (UTC): next run {first.isoformat()}; Ctrl-C stops")
+    serve_until_signalled(scheduler)

@@ -1,0 +1,247 @@
+"""The master dataset: every input record, immutable, append-only, in Parquet.
+
+Layout under ``settings.master_location`` (a local path or any Hadoop URL)::
+
+    topic=toll.entries/event_date=2026-11-21/ingest_batch=3/part-*.parquet
+    topic=toll.exits/...
+    topic=vehicle.registrations/...
+    dead_letters/record_date=2026-11-21/ingest_batch=3/part-*.parquet
+    _checkpoints/ingest/          the ingest query's Structured Streaming checkpoint
+
+Every valid record is stored raw (``key``, ``value``, source topic, partition,
+offset and record timestamp) together with the fields the shared validation
+decoded from it, so a recompute reads typed columns instead of parsing JSON
+again; the raw bytes stay for any future re-derivation. Records that fail
+validation go to ``dead_letters`` with their reason, dated by their record
+timestamp (an invalid record may have no event time).
+
+Exactly once: :func:`ingest` is a Structured Streaming query with
+``Trigger.AvailableNow`` and its own checkpoint. Each micro-batch writes only
+the ``ingest_batch=<batch id>`` partitions, with dynamic partition overwrite,
+so a micro-batch replayed after a crash (Spark replays the same offsets)
+replaces its own earlier attempt instead of adding to it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import date
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from shared.events import EVENT_TYPES, EventType
+from shared.logs import log_event
+from shared.settings import Settings
+from shared.topics import input_topics
+from shared.validation import DEAD_LETTER_SCHEMA, SOURCE_COLUMNS, decode_records
+
+logger = logging.getLogger("lambdaline.batch")
+
+EVENT_DATE = "event_date"
+RECORD_DATE = "record_date"
+INGEST_BATCH = "ingest_batch"
+DEAD_LETTERS_DIR = "dead_letters"
+
+
+def events_location(settings: Settings, event_type: EventType) -> str:
+    return f"{settings.master_location}/topic={event_type.topic(settings.topics)}"
+
+
+def dead_letters_location(settings: Settings) -> str:
+    return f"{settings.master_location}/{DEAD_LETTERS_DIR}"
+
+
+def ingest_checkpoint(settings: Settings) -> str:
+    return f"{settings.master_location}/_checkpoints/ingest"
+
+
+def _source_fields() -> list[T.StructField]:
+    by_name = {column.name: column for column in DEAD_LETTER_SCHEMA.fields}
+    return [by_name[name] for name in (*SOURCE_COLUMNS, "key", "value")]
+
+
+def master_schema(event_type: EventType) -> T.StructType:
+    """Schema of the master dataset of one event type, partition columns included."""
+    return T.StructType(
+        [
+            *event_type.spark_schema.fields,
+            *_source_fields(),
+            T.StructField(EVENT_DATE, T.DateType()),
+            T.StructField(INGEST_BATCH, T.LongType()),
+        ]
+    )
+
+
+MASTER_DEAD_LETTER_SCHEMA = T.StructType(
+    [
+        *DEAD_LETTER_SCHEMA.fields,
+        T.StructField(RECORD_DATE, T.DateType()),
+        T.StructField(INGEST_BATCH, T.LongType()),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class IngestedBatch:
+    """What one ingest micro-batch added to the master dataset."""
+
+    batch_id: int
+    records: int
+    dead_letters: int
+
+
+def _hadoop_fs(spark: SparkSession, location: str) -> tuple[object, object]:
+    """The Hadoop FileSystem and Path for a location: local, HDFS and S3 alike."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    path = jvm.org.apache.hadoop.fs.Path(location)
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    return path.getFileSystem(conf), path
+
+
+def _glob_names(spark: SparkSession, pattern: str) -> list[str]:
+    """Paths matching a Hadoop glob, as strings ('' matches nothing)."""
+    fs, path = _hadoop_fs(spark, pattern)
+    statuses = fs.globStatus(path)  # type: ignore[attr-defined]
+    return [str(status.getPath().toString()) for status in (statuses or [])]
+
+
+def _partition_value(path: str, column: str) -> str:
+    for part in path.split("/"):
+        if part.startswith(f"{column}="):
+            return part.split("=", 1)[1]
+    raise ValueError(f"{path} has no {column}= part")
+
+
+def partitions(spark: SparkSession, location: str, date_column: str) -> set[tuple[date, int]]:
+    """The (date, ingest batch) partitions present under one master-dataset location."""
+    found = set()
+    for path in _glob_names(spark, f"{location}/{date_column}=*/{INGEST_BATCH}=*"):
+        day = date.fromisoformat(_partition_value(path, date_column))
+        found.add((day, int(_partition_value(path, INGEST_BATCH))))
+    return found
+
+
+def last_ingest_batch(spark: SparkSession, settings: Settings) -> int | None:
+    """The newest micro-batch the ingest checkpoint has committed, or None."""
+    committed = _glob_names(spark, f"{ingest_checkpoint(settings)}/commits/[0-9]*")
+    ids = [int(path.rsplit("/", 1)[1]) for path in committed]
+    return max(ids) if ids else None
+
+
+def _write_partitions(frame: DataFrame, location: str, date_column: str) -> None:
+    (
+        frame.write.mode("overwrite")
+        .option("partitionOverwriteMode", "dynamic")  # only this batch's partitions
+        .partitionBy(date_column, INGEST_BATCH)
+        .parquet(location)
+    )
+
+
+def _count_rows(spark: SparkSession, location: str, schema: T.StructType, batch_id: int) -> int:
+    """Rows one micro-batch wrote under a location (Parquet footers only)."""
+    if not _glob_names(spark, location):
+        return 0
+    written = spark.read.schema(schema).parquet(location)
+    return written.where(F.col(INGEST_BATCH) == batch_id).count()
+
+
+def _ingest_batch(
+    settings: Settings, on_batch: Callable[[IngestedBatch], None] | None
+) -> Callable[[DataFrame, int], None]:
+    def write(batch: DataFrame, batch_id: int) -> None:
+        batch.persist()
+        try:
+            records = batch.count()
+            decoded = decode_records(batch, settings.topics, settings.max_future_skew, True)
+            for event_type in EVENT_TYPES:
+                events = decoded.of(event_type).select(
+                    "*",
+                    F.to_date(event_type.time_field).alias(EVENT_DATE),
+                    F.lit(batch_id).cast(T.LongType()).alias(INGEST_BATCH),
+                )
+                _write_partitions(events, events_location(settings, event_type), EVENT_DATE)
+            dead_letters = decoded.dead_letters.select(
+                "*",
+                F.to_date("source_timestamp").alias(RECORD_DATE),
+                F.lit(batch_id).cast(T.LongType()).alias(INGEST_BATCH),
+            )
+            location = dead_letters_location(settings)
+            _write_partitions(dead_letters, location, RECORD_DATE)
+            spark = batch.sparkSession
+            dead = _count_rows(spark, location, MASTER_DEAD_LETTER_SCHEMA, batch_id)
+        finally:
+            batch.unpersist()
+        ingested = IngestedBatch(batch_id, records, dead)
+        log_event(
+            logger, "batch_ingest_batch", batch_id=batch_id, records=records, dead_letters=dead
+        )
+        if on_batch is not None:
+            on_batch(ingested)
+
+    return write
+
+
+def ingest(
+    spark: SparkSession,
+    settings: Settings,
+    on_batch: Callable[[IngestedBatch], None] | None = None,
+) -> list[IngestedBatch]:
+    """Copy every Kafka record not yet in the master dataset into it, then return.
+
+    One ``Trigger.AvailableNow`` query over the three input topics; the
+    micro-batches it ran (none if Kafka holds nothing new) are returned.
+    """
+    reader = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        .option("subscribe", ",".join(input_topics(settings)))
+        .option("startingOffsets", "earliest")
+        # a record Kafka already deleted (retention) is gone for good: say so and stop
+        .option("failOnDataLoss", "true")
+    )
+    if settings.batch_max_offsets_per_trigger is not None:
+        reader = reader.option("maxOffsetsPerTrigger", settings.batch_max_offsets_per_trigger)
+    batches: list[IngestedBatch] = []
+
+    def collect(ingested: IngestedBatch) -> None:
+        batches.append(ingested)
+        if on_batch is not None:
+            on_batch(ingested)
+
+    query = (
+        reader.load()
+        .writeStream.queryName("batch.ingest")
+        .foreachBatch(_ingest_batch(settings, collect))
+        .option("checkpointLocation", ingest_checkpoint(settings))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    return batches
+
+
+def read_events(
+    spark: SparkSession, settings: Settings, event_type: EventType, dates: Iterable[date]
+) -> DataFrame:
+    """The master dataset's valid events of one type on the given event dates."""
+    schema = master_schema(event_type)
+    location = events_location(settings, event_type)
+    wanted = sorted(set(dates))
+    if not wanted or not _glob_names(spark, location):
+        return spark.createDataFrame([], schema)
+    return spark.read.schema(schema).parquet(location).where(F.col(EVENT_DATE).isin(wanted))
+
+
+def read_dead_letters(spark: SparkSession, settings: Settings, dates: Iterable[date]) -> DataFrame:
+    """The master dataset's dead letters whose record timestamp falls on the given dates."""
+    location = dead_letters_location(settings)
+    wanted = sorted(set(dates))
+    if not wanted or not _glob_names(spark, location):
+        return spark.createDataFrame([], MASTER_DEAD_LETTER_SCHEMA)
+    frame = spark.read.schema(MASTER_DEAD_LETTER_SCHEMA).parquet(location)
+    return frame.where(F.col(RECORD_DATE).isin(wanted))

@@ -1,0 +1,243 @@
+"""Publishing batch views: immutable DuckDB versions behind an atomic ``CURRENT`` pointer.
+
+A new version is built as a hidden temporary file, closed and fsynced, then
+renamed into ``versions/``; only then is ``CURRENT`` replaced (write a
+temporary file, fsync, rename, fsync the directory). A run killed at any point
+before that last rename leaves ``CURRENT``, and so what is served, untouched;
+the next run removes the temporary files it left. Old versions are deleted
+only after the pointer has moved, and never the one ``CURRENT`` names.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from shared.batch_store import (
+    MANIFEST_TABLE,
+    POINTER_FILE,
+    STORE_TABLES,
+    VERSIONS_DIR,
+    BatchVersion,
+    read_current,
+    version_file,
+)
+from shared.logs import log_event
+
+logger = logging.getLogger("lambdaline.batch")
+
+FAILPOINT_ENV = "LAMBDALINE_FAILPOINT"
+"""Test hook: names a point in :func:`publish_version` where the process stops
+and waits to be killed (``publish_tables``, ``publish_before_pointer``)."""
+
+
+class BatchStoreError(Exception):
+    """The batch store cannot do what was asked; the message says why."""
+
+
+def _failpoint(name: str) -> None:
+    if os.environ.get(FAILPOINT_ENV) == name:
+        log_event(logger, "failpoint_reached", failpoint=name, pid=os.getpid())
+        while True:  # wait here for the test to kill -9 this process
+            time.sleep(1)
+
+
+def _fsync_path(path: Path) -> None:
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _replace_atomically(target: Path, text: str) -> None:
+    """Write text to target so that readers see the old content or the new, never a part."""
+    temporary = target.with_name(f".{target.name}.tmp")
+    with temporary.open("w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    temporary.replace(target)
+    _fsync_path(target.parent)
+
+
+@contextmanager
+def run_lock(store: Path) -> Iterator[None]:
+    """Hold the store's run lock: one batch run (ingest, recompute, publish) at a time."""
+    store.mkdir(parents=True, exist_ok=True)
+    with (store / "run.lock").open("a+", encoding="utf-8") as handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "unknown"
+            raise BatchStoreError(
+                f"another batch run holds {store / 'run.lock'} (pid {holder}); "
+                "wait for it to finish"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(os.getpid()))
+        handle.flush()
+        try:
+            yield
+        finally:
+            handle.seek(0)
+            handle.truncate()
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def _version_numbers(store: Path) -> list[int]:
+    versions = store / VERSIONS_DIR
+    if not versions.is_dir():
+        return []
+    return sorted(int(path.stem) for path in versions.glob("[0-9]*.duckdb"))
+
+
+def read_manifest(path: Path) -> BatchVersion:
+    """The manifest a version file carries about itself."""
+    with duckdb.connect(str(path), read_only=True) as connection:
+        row = connection.execute(f"SELECT manifest FROM {MANIFEST_TABLE}").fetchone()
+    if row is None:
+        raise BatchStoreError(f"{path} has no manifest")
+    return BatchVersion.from_json(str(row[0]))
+
+
+@dataclass(frozen=True)
+class ListedVersion:
+    manifest: BatchVersion
+    current: bool
+
+
+def list_versions(store: Path) -> list[ListedVersion]:
+    """Every version file in the store, oldest first; exactly one is current if any is."""
+    current = read_current(store)
+    return [
+        ListedVersion(
+            read_manifest(version_file(store, number)),
+            current is not None and current.version == number,
+        )
+        for number in _version_numbers(store)
+    ]
+
+
+def _copy_table(
+    connection: duckdb.DuckDBPyConnection, table_name: str, fresh: pa.Table, has_previous: bool
+) -> None:
+    """Create a table from the previous version's rows of dates not recomputed plus fresh rows."""
+    table = next(spec for spec in STORE_TABLES if spec.name == table_name)
+    columns = ", ".join(f'"{name}"' for name in table.column_names)
+    order = ", ".join(f'"{name}"' for name in table.key)
+    connection.execute(table.ddl())
+    connection.register("fresh_rows", fresh)
+    sources = [f"SELECT {columns} FROM fresh_rows"]
+    if has_previous:
+        sources.append(
+            f'SELECT {columns} FROM previous."{table.name}" '
+            f'WHERE CAST("{table.date_column}" AS DATE) NOT IN (SELECT day FROM recomputed)'
+        )
+    union = " UNION ALL ".join(sources)
+    connection.execute(f'INSERT INTO "{table.name}" SELECT * FROM ({union}) ORDER BY {order}')
+    connection.unregister("fresh_rows")
+
+
+def publish_version(
+    store: Path,
+    fresh: Mapping[str, pa.Table],
+    recomputed_dates: list[date],
+    horizon: datetime,
+    ingest_batch: int | None,
+    keep_versions: int,
+) -> BatchVersion:
+    """Publish a new version: the served one with ``recomputed_dates`` replaced by ``fresh``.
+
+    ``fresh`` holds every table of :data:`STORE_TABLES` (rows of the recomputed
+    dates only). The horizon never moves backward: it is the later of the
+    served one and ``horizon``.
+    """
+    versions = store / VERSIONS_DIR
+    versions.mkdir(parents=True, exist_ok=True)
+    for leftover in versions.glob(".*.tmp*"):
+        leftover.unlink()  # from a run killed while publishing
+    previous = read_current(store)
+    number = max([0, *_version_numbers(store), previous.version if previous else 0]) + 1
+    if previous is not None:
+        horizon = max(horizon, previous.horizon)
+    temporary = versions / f".{number:08d}.duckdb.tmp"
+
+    with duckdb.connect(str(temporary)) as connection:
+        connection.execute("CREATE TEMP TABLE recomputed (day DATE)")
+        connection.executemany("INSERT INTO recomputed VALUES (?)", [[d] for d in recomputed_dates])
+        if previous is not None:
+            connection.execute(
+                "ATTACH ? AS previous (READ_ONLY)", [str(version_file(store, previous.version))]
+            )
+        for table in STORE_TABLES:
+            _copy_table(connection, table.name, fresh[table.name], previous is not None)
+            _failpoint("publish_tables")
+        counts = {table.name: _count(connection, table.name) for table in STORE_TABLES}
+        held_dates = sorted(set(previous.dates if previous else ()) | set(recomputed_dates))
+        manifest = BatchVersion(
+            version=number,
+            horizon=horizon,
+            created_at=datetime.now(UTC),
+            dates=tuple(held_dates),
+            recomputed_dates=tuple(recomputed_dates),
+            row_counts=counts,
+            ingest_batch=ingest_batch,
+        )
+        connection.execute(f"CREATE TABLE {MANIFEST_TABLE} (manifest VARCHAR NOT NULL)")
+        connection.execute(f"INSERT INTO {MANIFEST_TABLE} VALUES (?)", [manifest.to_json()])
+        if previous is not None:
+            connection.execute("DETACH previous")
+        connection.execute("CHECKPOINT")
+    _fsync_path(temporary)
+    final = version_file(store, number)
+    temporary.replace(final)
+    _fsync_path(versions)
+    _failpoint("publish_before_pointer")
+
+    _replace_atomically(store / POINTER_FILE, manifest.to_json())
+    log_event(logger, "batch_published", version=number, horizon=horizon.isoformat())
+    prune_versions(store, keep_versions)
+    return manifest
+
+
+def _count(connection: duckdb.DuckDBPyConnection, table_name: str) -> int:
+    row = connection.execute(f'SELECT count(*) FROM "{table_name}"').fetchone()
+    return int(row[0]) if row else 0
+
+
+def prune_versions(store: Path, keep_versions: int) -> list[int]:
+    """Delete all but the newest ``keep_versions`` files, never the current one."""
+    current = read_current(store)
+    numbers = _version_numbers(store)
+    kept = set(numbers[-keep_versions:]) | ({current.version} if current else set())
+    deleted = [number for number in numbers if number not in kept]
+    for number in deleted:
+        version_file(store, number).unlink()
+    if deleted:
+        log_event(logger, "batch_versions_deleted", versions=deleted)
+    return deleted
+
+
+def rollback(store: Path, version: int) -> BatchVersion:
+    """Point ``CURRENT`` at an older (or newer) kept version."""
+    path = version_file(store, version)
+    if not path.exists():
+        kept = ", ".join(str(n) for n in _version_numbers(store)) or "none"
+        raise BatchStoreError(f"version {version} is not in {store} (kept versions: {kept})")
+    manifest = read_manifest(path)
+    _replace_atomically(store / POINTER_FILE, manifest.to_json())
+    log_event(logger, "batch_rolled_back", version=version)
+    return manifest

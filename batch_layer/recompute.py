@@ -1,0 +1,143 @@
+"""Which event dates a batch run recomputes, and the recompute itself.
+
+The views come from :func:`shared.views.all_views`, the same functions the
+speed layer calls; this module only chooses dates and reads their inputs.
+A view row belongs to the date of its entry (``entry_time`` or the window
+that holds it), so recomputing date *d* needs:
+
+- the entries of *d*;
+- the exits of *d* up to *d* + ``max_trip`` (a trip may end after midnight);
+- every registration up to the end of *d* (an entry's registration may have
+  been recorded days earlier; the latest one before the entry applies).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import date, timedelta
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+
+from batch_layer import master
+from shared.events import EVENT_TYPES, TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION, EventType
+from shared.settings import Settings
+from shared.views import all_views, without_duplicates
+
+DEAD_LETTERS = "dead_letters"
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """The (date, ingest batch) partitions the master dataset holds, per part.
+
+    Parts are the event type names and ``dead_letters``. Read from partition
+    directory names only, never from the data.
+    """
+
+    parts: Mapping[str, frozenset[tuple[date, int]]]
+
+    def dates(self) -> set[date]:
+        return {day for found in self.parts.values() for day, _ in found}
+
+    def touched(self, part: str, after_batch: int | None) -> set[date]:
+        """Dates of a part that received records in an ingest batch after this one."""
+        return {
+            day
+            for day, batch in self.parts.get(part, frozenset())
+            if after_batch is None or batch > after_batch
+        }
+
+
+def read_inventory(spark: SparkSession, settings: Settings) -> Inventory:
+    parts = {}
+    for event_type in EVENT_TYPES:
+        location = master.events_location(settings, event_type)
+        parts[event_type.name] = frozenset(master.partitions(spark, location, master.EVENT_DATE))
+    parts[DEAD_LETTERS] = frozenset(
+        master.partitions(spark, master.dead_letters_location(settings), master.RECORD_DATE)
+    )
+    return Inventory(parts)
+
+
+def _days(first: date, last: date) -> set[date]:
+    return {first + timedelta(days=n) for n in range((last - first).days + 1)}
+
+
+def trip_days(max_trip: timedelta) -> int:
+    """How many days after its entry a trip's exit may fall on."""
+    return math.ceil(max_trip / timedelta(days=1))
+
+
+def dates_to_recompute(
+    *,
+    run_date: date,
+    inventory: Inventory,
+    published_horizon: date | None,
+    published_ingest_batch: int | None,
+    lookback_days: int,
+    max_trip: timedelta,
+) -> list[date]:
+    """The event dates <= run_date whose rows the next version must recompute.
+
+    A date is recomputed if it has data and (a) the published version does not
+    hold it yet (on or after its horizon, or nothing published), (b) this or an
+    earlier unpublished ingest added records that change it (late data), or
+    (c) it lies in the lookback (the ``lookback_days`` days ending on run_date).
+
+    Records change these dates: an entry its own date; an exit its date and the
+    ``max_trip`` days before (the trips it may end); a registration its date
+    and every later date (it applies to later entries); a dead letter its date.
+    """
+    with_data = {day for day in inventory.dates() if day <= run_date}
+    new = {day for day in with_data if published_horizon is None or day >= published_horizon}
+
+    after = published_ingest_batch if published_horizon is not None else None
+    touched = set(inventory.touched(TOLL_ENTRY.name, after))
+    touched |= inventory.touched(DEAD_LETTERS, after)
+    for day in inventory.touched(TOLL_EXIT.name, after):
+        touched |= _days(day - timedelta(days=trip_days(max_trip)), day)
+    for day in inventory.touched(VEHICLE_REGISTRATION.name, after):
+        touched |= _days(day, max(day, run_date))
+
+    lookback = _days(run_date - timedelta(days=lookback_days - 1), run_date)
+    return sorted((new | touched | lookback) & with_data)
+
+
+def _events(
+    spark: SparkSession, settings: Settings, event_type: EventType, dates: Iterable[date]
+) -> DataFrame:
+    """Valid events of these dates, duplicates removed, kept for the views that share them."""
+    events = master.read_events(spark, settings, event_type, dates).transform(without_duplicates)
+    return events.persist(StorageLevel.MEMORY_AND_DISK)
+
+
+def recompute(
+    spark: SparkSession, settings: Settings, inventory: Inventory, dates: list[date]
+) -> dict[str, DataFrame]:
+    """Every view, and the dead letters, for these event dates from the master dataset.
+
+    The frames are lazy and share persisted inputs: collect them, then call
+    :func:`release`. Entries are read for these dates, exits up to ``max_trip``
+    days later, registrations from every date up to the last one.
+    """
+    last = max(dates, default=date.min)
+    exit_dates = {
+        day + timedelta(days=n) for day in dates for n in range(trip_days(settings.max_trip) + 1)
+    }
+    registration_dates = {
+        day for day, _ in inventory.parts.get(VEHICLE_REGISTRATION.name, ()) if day <= last
+    }
+    entries = _events(spark, settings, TOLL_ENTRY, dates)
+    exits = _events(spark, settings, TOLL_EXIT, exit_dates)
+    registrations = _events(spark, settings, VEHICLE_REGISTRATION, registration_dates)
+    views = all_views(entries, exits, registrations, settings.window, settings.max_trip)
+    views[DEAD_LETTERS] = master.read_dead_letters(spark, settings, dates)
+    return views
+
+
+def release(spark: SparkSession) -> None:
+    """Drop what :func:`recompute` kept in memory (the batch job caches nothing else)."""
+    spark.catalog.clearCache()

@@ -1,0 +1,163 @@
+"""One batch run: ingest, recompute, publish (``lambdaline batch run``).
+
+Reads top to bottom: take the run lock, ingest Kafka into the master dataset,
+choose the dates to recompute, recompute them with the shared views, publish
+the new version. Each step is timed, logged and shown as progress.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
+
+from batch_layer import master
+from batch_layer.publish import publish_version, run_lock
+from batch_layer.recompute import dates_to_recompute, read_inventory, recompute, release
+from shared.batch_store import STORE_TABLE_BY_NAME, STORE_TABLES, BatchVersion, read_current
+from shared.logs import log_event
+from shared.settings import Settings
+
+logger = logging.getLogger("lambdaline.batch")
+
+
+def default_run_date(now: datetime | None = None) -> date:
+    """Yesterday, UTC: the last whole day a nightly run can close."""
+    return ((now or datetime.now(UTC)).astimezone(UTC) - timedelta(days=1)).date()
+
+
+def horizon_after(run_date: date) -> datetime:
+    """The time boundary a run for ``run_date`` publishes: the start of the next day, UTC."""
+    return datetime.combine(run_date + timedelta(days=1), datetime.min.time(), UTC)
+
+
+@dataclass
+class RunReport:
+    """What a batch run did, for its summary table and its log line."""
+
+    run_date: date
+    version: BatchVersion | None = None
+    ingest_batches: int = 0
+    records_ingested: int = 0
+    dead_letters_ingested: int = 0
+    recomputed_dates: list[date] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def as_store_rows(frame: DataFrame, table_name: str) -> pa.Table:
+    """Collect a view to the driver as Arrow, shaped as its batch-store table.
+
+    Spark timestamps become zone-less UTC timestamps (DuckDB ``TIMESTAMP``);
+    the session time zone is UTC, so the cast keeps the wall-clock value.
+    """
+    table = STORE_TABLE_BY_NAME[table_name]
+    types = dict(frame.dtypes)
+    columns = [
+        F.col(name).cast(T.TimestampNTZType()).alias(name) if types[name] == "timestamp" else name
+        for name in table.column_names
+    ]
+    return frame.select(*columns).toArrow()
+
+
+@contextmanager
+def _step(report: RunReport, name: str, progress: Progress, label: str) -> Iterator[TaskID]:
+    task = progress.add_task(label, total=None)
+    started = time.monotonic()
+    try:
+        yield task
+    finally:
+        report.seconds[name] = round(time.monotonic() - started, 3)
+        progress.update(task, total=1, completed=1)
+        log_event(logger, "batch_step", step=name, seconds=report.seconds[name])
+
+
+def run_batch(
+    spark: SparkSession,
+    settings: Settings,
+    run_date: date,
+    lookback_days: int,
+    console: Console | None = None,
+) -> RunReport:
+    """Ingest, recompute and publish once; returns what was done.
+
+    Raises :class:`batch_layer.publish.BatchStoreError` if another run holds
+    the lock. A failure before the pointer moves leaves the served version as
+    it was.
+    """
+    report = RunReport(run_date)
+    store = settings.batch_store
+    started = time.monotonic()
+    log_event(
+        logger, "batch_start", run_date=run_date.isoformat(), lookback_days=lookback_days,
+        master=settings.master_location, store=str(store), spark_master=spark.sparkContext.master,
+    )  # fmt: skip
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
+    with (
+        run_lock(store),
+        Progress(*columns, console=console or Console(stderr=True), transient=False) as progress,
+    ):
+        # ingest: Kafka -> master dataset, exactly once
+        with _step(report, "ingest", progress, "ingest Kafka -> master dataset") as task:
+
+            def ingested(batch: master.IngestedBatch) -> None:
+                report.ingest_batches += 1
+                report.records_ingested += batch.records
+                report.dead_letters_ingested += batch.dead_letters
+                progress.update(
+                    task,
+                    description=f"ingest: {report.records_ingested:,} records "
+                    f"({report.dead_letters_ingested:,} dead letters) "
+                    f"in {report.ingest_batches} micro-batches",
+                )
+
+            master.ingest(spark, settings, on_batch=ingested)
+            ingest_batch = master.last_ingest_batch(spark, settings)
+
+        # recompute: the dates this version must replace, by the shared views
+        with _step(report, "recompute", progress, "recompute views") as task:
+            published = read_current(store)
+            inventory = read_inventory(spark, settings)
+            dates = dates_to_recompute(
+                run_date=run_date,
+                inventory=inventory,
+                published_horizon=published.horizon.date() if published else None,
+                published_ingest_batch=published.ingest_batch if published else None,
+                lookback_days=lookback_days,
+                max_trip=settings.max_trip,
+            )
+            report.recomputed_dates = dates
+            progress.update(task, description=f"recompute {len(dates)} dates")
+            views = recompute(spark, settings, inventory, dates)
+            fresh = {}
+            for table in STORE_TABLES:
+                progress.update(task, description=f"recompute {len(dates)} dates: {table.name}")
+                fresh[table.name] = as_store_rows(views[table.name], table.name)
+            release(spark)
+
+        # publish: a new DuckDB version, then the CURRENT pointer
+        with _step(report, "publish", progress, "publish version"):
+            report.version = publish_version(
+                store,
+                fresh,
+                dates,
+                horizon_after(run_date),
+                ingest_batch,
+                settings.batch_keep_versions,
+            )
+    report.seconds["total"] = round(time.monotonic() - started, 3)
+    log_event(
+        logger, "batch_finished", version=report.version.version,
+        horizon=report.version.horizon.isoformat(), records_ingested=report.records_ingested,
+        recomputed_dates=[d.isoformat() for d in dates], seconds=report.seconds,
+    )  # fmt: skip
+    return report
