@@ -12,7 +12,7 @@ from lambdaline.generator import KIND_HEADER, GeneratorConfig, send_to_kafka
 from shared.settings import Settings
 from shared.topics import input_topics
 from shared.validation import decode_records
-from tests.integration.speed_helpers import read_all
+from tests.integration.helpers import read_all
 from tests.unit.test_validation import RAW_SCHEMA
 
 pytestmark = pytest.mark.integration

@@ -33,7 +33,7 @@ from shared.views import (
 )
 from speed_layer import job
 from speed_layer.speed_store import JSON_OPTIONS
-from tests.integration.speed_helpers import (
+from tests.integration.helpers import (
     CLOSING_BOOTH,
     close_the_day,
     isolated_settings,

@@ -12,7 +12,7 @@ from pyspark.sql import SparkSession
 
 from shared.settings import Settings
 from speed_layer import job
-from tests.integration.speed_helpers import (
+from tests.integration.helpers import (
     entry_value,
     exit_value,
     isolated_settings,

@@ -24,26 +24,15 @@ from lambdaline.topics import create_topics
 from shared.settings import Settings
 from shared.topics import VIEW_NAMES
 from speed_layer import job
-from tests.integration.speed_helpers import close_the_day, isolated_settings, read_all, speed_view
+from tests.integration.helpers import (
+    close_the_day,
+    environment_of,
+    isolated_settings,
+    read_all,
+    speed_view,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-
-def environment_of(settings: Settings) -> dict[str, str]:
-    """The LAMBDALINE_* variables that make a subprocess use these settings."""
-    topics = settings.topics
-    return {
-        **os.environ,
-        "LAMBDALINE_STATE_DIR": str(settings.state_dir),
-        "LAMBDALINE_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
-        "LAMBDALINE_SPARK_MASTER": "local[2]",
-        "LAMBDALINE_TOPICS__ENTRIES": topics.entries,
-        "LAMBDALINE_TOPICS__EXITS": topics.exits,
-        "LAMBDALINE_TOPICS__REGISTRATIONS": topics.registrations,
-        "LAMBDALINE_TOPICS__DEAD_LETTERS": topics.dead_letters,
-        "LAMBDALINE_TOPICS__SPEED_PREFIX": topics.speed_prefix,
-        "LAMBDALINE_TOPICS__SPEED_PROGRESS": topics.speed_progress,
-    }
 
 
 def wait_for_batches(settings: Settings, query: str, batches: int, timeout_s: float) -> None:

@@ -1,8 +1,9 @@
-"""Helpers for speed-layer tests: isolated topics, sending records, reading the speed store."""
+"""Helpers for integration tests: isolated topics, sending records, reading the stores."""
 
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -30,6 +31,23 @@ def isolated_settings(kafka: Settings, state_dir: Path) -> Settings:
     settings = kafka.model_copy(update={"topics": topics, "state_dir": state_dir})
     create_topics(settings)
     return settings
+
+
+def environment_of(settings: Settings) -> dict[str, str]:
+    """The LAMBDALINE_* variables that make a subprocess use these settings."""
+    topics = settings.topics
+    return {
+        **os.environ,
+        "LAMBDALINE_STATE_DIR": str(settings.state_dir),
+        "LAMBDALINE_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+        "LAMBDALINE_SPARK_MASTER": "local[2]",
+        "LAMBDALINE_TOPICS__ENTRIES": topics.entries,
+        "LAMBDALINE_TOPICS__EXITS": topics.exits,
+        "LAMBDALINE_TOPICS__REGISTRATIONS": topics.registrations,
+        "LAMBDALINE_TOPICS__DEAD_LETTERS": topics.dead_letters,
+        "LAMBDALINE_TOPICS__SPEED_PREFIX": topics.speed_prefix,
+        "LAMBDALINE_TOPICS__SPEED_PROGRESS": topics.speed_progress,
+    }
 
 
 def ms(instant: str) -> int:

@@ -1,0 +1,326 @@
+"""The batch layer on the real broker, real Spark and real DuckDB files, over three days.
+
+Input, by hand (window 5 min, max_trip 1 h; D = 2026-01-05 unless a test says otherwise):
+
+- registrations: P1 "R-1" valid on 01-02, P1 "R-2" expired on 01-05 12:00,
+  P2 "R-3" expired on 01-03; P3 never registered.
+- 01-04: e1 b1 P1 10:00:10 (exit 10:20:10), e2 b1 P2 10:03 (exits 10:30 and
+  10:40: the earliest counts), e3 b1 P3 23:50 (exit 00:20 the next day).
+- 01-05: e4 b2 P1 13:00 (no exit), and e1 sent again (a duplicate a day later).
+- 01-06: e6 b1 P2 08:00 (exit 08:05), after D.
+- dead letters: not JSON (01-04), a missing field and a blank booth (01-05), an
+  event time hours after its record timestamp (01-06, after D).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import date, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+from pyspark.sql import SparkSession
+from rich.console import Console
+
+from batch_layer.publish import rollback
+from batch_layer.run import RunReport, run_batch
+from shared.batch_store import STORE_TABLE_BY_NAME, STORE_TABLES, read_current, version_file
+from shared.settings import Settings
+from tests.integration.helpers import (
+    entry_value,
+    environment_of,
+    exit_value,
+    isolated_settings,
+    registration_value,
+    send,
+)
+
+pytestmark = pytest.mark.integration
+
+D = date(2026, 1, 5)
+
+REGISTRATIONS = [
+    (b"P1", registration_value("r1", "R-1", "P1", False, "2026-01-02T09:00:00.000Z"), "2026-01-02T09:00:00.100Z"),
+    (b"P2", registration_value("r3", "R-3", "P2", True, "2026-01-03T08:00:00.000Z"), "2026-01-03T08:00:00.100Z"),
+    (b"P1", registration_value("r2", "R-2", "P1", True, "2026-01-05T12:00:00.000Z"), "2026-01-05T12:00:00.100Z"),
+]  # fmt: skip
+ENTRIES = [
+    (b"P1", entry_value("e1", "b1", "P1", "2026-01-04T10:00:10.000Z", "2.50"), "2026-01-04T10:00:10.100Z"),
+    (b"P2", entry_value("e2", "b1", "P2", "2026-01-04T10:03:00.000Z", "4.00"), "2026-01-04T10:03:00.100Z"),
+    (b"P3", entry_value("e3", "b1", "P3", "2026-01-04T23:50:00.000Z", "5.75"), "2026-01-04T23:50:00.100Z"),
+    (b"P1", entry_value("e4", "b2", "P1", "2026-01-05T13:00:00.000Z", "7.25"), "2026-01-05T13:00:00.100Z"),
+    (b"P1", entry_value("e1", "b1", "P1", "2026-01-04T10:00:10.000Z", "2.50"), "2026-01-05T09:00:00.000Z"),
+    (b"P2", entry_value("e6", "b1", "P2", "2026-01-06T08:00:00.000Z", "3.00"), "2026-01-06T08:00:00.100Z"),
+]  # fmt: skip
+EXITS = [
+    (b"P1", exit_value("x1", "b1", "P1", "2026-01-04T10:20:10.000Z"), "2026-01-04T10:20:10.100Z"),
+    (b"P2", exit_value("x2", "b1", "P2", "2026-01-04T10:30:00.000Z"), "2026-01-04T10:30:00.100Z"),
+    (b"P2", exit_value("x2b", "b1", "P2", "2026-01-04T10:40:00.000Z"), "2026-01-04T10:40:00.100Z"),
+    (b"P3", exit_value("x3", "b1", "P3", "2026-01-05T00:20:00.000Z"), "2026-01-05T00:20:00.100Z"),
+    (b"P2", exit_value("x6", "b1", "P2", "2026-01-06T08:05:00.000Z"), "2026-01-06T08:05:00.100Z"),
+]  # fmt: skip
+MALFORMED = [
+    (b"P9", b"not json", "2026-01-04T11:00:00.000Z"),
+    (b"P9", b'{"event_id": "m1", "booth_id": "b1"}', "2026-01-05T11:00:00.000Z"),
+    (b"P9", entry_value("m2", "", "P9", "2026-01-05T11:00:00.000Z", "1.00"), "2026-01-05T11:00:01.000Z"),
+    (b"P9", entry_value("m3", "b1", "P9", "2026-01-06T15:00:00.000Z", "1.00"), "2026-01-06T11:00:00.000Z"),
+]  # fmt: skip
+
+
+def t(text: str) -> datetime:
+    """A batch-store time: zone-less UTC."""
+    return datetime.fromisoformat(text)
+
+
+def send_days(settings: Settings) -> None:
+    send(settings, settings.topics.registrations, REGISTRATIONS)
+    send(settings, settings.topics.entries, ENTRIES + MALFORMED)
+    send(settings, settings.topics.exits, EXITS)
+
+
+def batch(spark: SparkSession, settings: Settings, run_date: date, lookback: int = 2) -> RunReport:
+    return run_batch(spark, settings, run_date, lookback, console=Console(file=io.StringIO()))
+
+
+def rows(settings: Settings, table: str, version: int | None = None) -> list[dict[str, Any]]:
+    """A table of a version (default: the current one), in key order."""
+    if version is None:
+        current = read_current(settings.batch_store)
+        assert current is not None
+        version = current.version
+    spec = STORE_TABLE_BY_NAME[table]
+    order = ", ".join(f'"{name}"' for name in spec.key)
+    path = version_file(settings.batch_store, version)
+    with duckdb.connect(str(path), read_only=True) as connection:
+        cursor = connection.execute(f'SELECT * FROM "{table}" ORDER BY {order}')
+        names = [column[0] for column in cursor.description]
+        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+
+@pytest.fixture(scope="module")
+def first_run(
+    kafka: Settings, spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
+) -> Settings:
+    """One batch run for D over the three days of input."""
+    settings = isolated_settings(kafka, tmp_path_factory.mktemp("batch"))
+    send_days(settings)
+    report = batch(spark, settings, D)
+    assert report.version is not None and report.version.version == 1
+    return settings
+
+
+def test_booth_stats(first_run: Settings) -> None:
+    assert rows(first_run, "booth_stats") == [
+        {"booth_id": "b1", "window_start": t("2026-01-04T10:00"), "window_end": t("2026-01-04T10:05"),
+         "vehicle_count": 2, "total_toll": Decimal("6.50"),
+         "first_entry_time": t("2026-01-04T10:00:10"), "last_entry_time": t("2026-01-04T10:03")},
+        {"booth_id": "b1", "window_start": t("2026-01-04T23:50"), "window_end": t("2026-01-04T23:55"),
+         "vehicle_count": 1, "total_toll": Decimal("5.75"),
+         "first_entry_time": t("2026-01-04T23:50"), "last_entry_time": t("2026-01-04T23:50")},
+        {"booth_id": "b2", "window_start": t("2026-01-05T13:00"), "window_end": t("2026-01-05T13:05"),
+         "vehicle_count": 1, "total_toll": Decimal("7.25"),
+         "first_entry_time": t("2026-01-05T13:00"), "last_entry_time": t("2026-01-05T13:00")},
+    ]  # fmt: skip
+
+
+def test_vehicle_trips_take_the_earliest_exit_even_after_midnight(first_run: Settings) -> None:
+    assert rows(first_run, "vehicle_trips") == [
+        {"booth_id": "b1", "license_plate": "P1", "entry_time": t("2026-01-04T10:00:10"),
+         "exit_time": t("2026-01-04T10:20:10"), "duration_seconds": 1200.0},
+        {"booth_id": "b1", "license_plate": "P2", "entry_time": t("2026-01-04T10:03"),
+         "exit_time": t("2026-01-04T10:30"), "duration_seconds": 1620.0},
+        {"booth_id": "b1", "license_plate": "P3", "entry_time": t("2026-01-04T23:50"),
+         "exit_time": t("2026-01-05T00:20"), "duration_seconds": 1800.0},
+    ]  # fmt: skip
+
+
+def test_expired_registrations_use_the_registration_at_entry_time(first_run: Settings) -> None:
+    assert rows(first_run, "expired_registrations") == [
+        {"booth_id": "b1", "license_plate": "P2", "entry_time": t("2026-01-04T10:03"),
+         "registration_id": "R-3"},
+        {"booth_id": "b2", "license_plate": "P1", "entry_time": t("2026-01-05T13:00"),
+         "registration_id": "R-2"},
+    ]  # fmt: skip
+
+
+def test_diagnostics(first_run: Settings) -> None:
+    assert rows(first_run, "diagnostics") == [
+        {"booth_id": "b1", "window_start": t("2026-01-04T23:50"), "reason": "missing_registration", "count": 1},
+        {"booth_id": "b2", "window_start": t("2026-01-05T13:00"), "reason": "missing_exit", "count": 1},
+    ]  # fmt: skip
+
+
+def test_dead_letters_up_to_the_run_date_with_reasons(first_run: Settings) -> None:
+    letters = [
+        (row["source_topic"], row["source_offset"], row["value"], row["reason"], row["detail"])
+        for row in rows(first_run, "dead_letters")
+    ]
+    topic = first_run.topics.entries
+    assert letters == [
+        (topic, 6, b"not json", "invalid_json", "value is not a JSON object"),
+        (topic, 7, MALFORMED[1][1], "missing_field",
+         "missing: entry_time, license_plate, state, make, model, vehicle_type, weight_kg, toll, tag"),
+        (topic, 8, MALFORMED[2][1], "invalid_value", "invalid: booth_id"),
+    ]  # fmt: skip
+
+
+def test_pointer_and_manifest(first_run: Settings) -> None:
+    current = read_current(first_run.batch_store)
+    assert current is not None
+    assert current.version == 1
+    assert current.horizon.isoformat() == "2026-01-06T00:00:00+00:00"
+    assert current.dates == (date(2026, 1, 2), date(2026, 1, 3), date(2026, 1, 4), D)
+    assert current.row_counts == {
+        "booth_stats": 3, "vehicle_trips": 3, "expired_registrations": 2, "diagnostics": 2,
+        "dead_letters": 3,
+    }  # fmt: skip
+    pointer = json.loads((first_run.batch_store / "CURRENT").read_text())
+    assert pointer["path"] == "versions/00000001.duckdb"
+
+
+def all_tables(settings: Settings, version: int) -> dict[str, list[dict[str, Any]]]:
+    return {spec.name: rows(settings, spec.name, version) for spec in STORE_TABLES}
+
+
+def test_late_data_is_recomputed_and_a_rerun_changes_only_the_version(
+    kafka: Settings, spark: SparkSession, tmp_path: Path
+) -> None:
+    settings = isolated_settings(kafka, tmp_path)
+    send_days(settings)
+    batch(spark, settings, D, lookback=0)  # version 1; lookback 0: only new and touched dates
+
+    # a day later: e4's exit arrives late, so does an entry for 01-04, and e2 once more
+    send(settings, settings.topics.exits, [
+        (b"P1", exit_value("x4", "b2", "P1", "2026-01-05T13:10:00.000Z"), "2026-01-07T01:00:00.000Z"),
+    ])  # fmt: skip
+    send(settings, settings.topics.entries, [
+        (b"P2", entry_value("e7", "b2", "P2", "2026-01-04T15:00:00.000Z", "1.00"), "2026-01-07T01:00:01.000Z"),
+        (b"P2", entry_value("e2", "b1", "P2", "2026-01-04T10:03:00.000Z", "4.00"), "2026-01-07T01:00:02.000Z"),
+    ])  # fmt: skip
+    second = batch(spark, settings, date(2026, 1, 6), lookback=0)
+    assert second.recomputed_dates == [date(2026, 1, 4), D, date(2026, 1, 6)]
+    assert second.records_ingested == 3
+
+    assert rows(settings, "vehicle_trips") == [
+        {"booth_id": "b1", "license_plate": "P1", "entry_time": t("2026-01-04T10:00:10"),
+         "exit_time": t("2026-01-04T10:20:10"), "duration_seconds": 1200.0},
+        {"booth_id": "b1", "license_plate": "P2", "entry_time": t("2026-01-04T10:03"),
+         "exit_time": t("2026-01-04T10:30"), "duration_seconds": 1620.0},
+        {"booth_id": "b1", "license_plate": "P2", "entry_time": t("2026-01-06T08:00"),
+         "exit_time": t("2026-01-06T08:05"), "duration_seconds": 300.0},
+        {"booth_id": "b1", "license_plate": "P3", "entry_time": t("2026-01-04T23:50"),
+         "exit_time": t("2026-01-05T00:20"), "duration_seconds": 1800.0},
+        {"booth_id": "b2", "license_plate": "P1", "entry_time": t("2026-01-05T13:00"),
+         "exit_time": t("2026-01-05T13:10"), "duration_seconds": 600.0},
+    ]  # fmt: skip
+    assert rows(settings, "diagnostics") == [
+        {"booth_id": "b1", "window_start": t("2026-01-04T23:50"), "reason": "missing_registration", "count": 1},
+        {"booth_id": "b2", "window_start": t("2026-01-04T15:00"), "reason": "missing_exit", "count": 1},
+    ]  # fmt: skip
+    assert [(r["booth_id"], r["window_start"], r["vehicle_count"]) for r in rows(settings, "booth_stats")] == [
+        ("b1", t("2026-01-04T10:00"), 2), ("b1", t("2026-01-04T23:50"), 1),
+        ("b1", t("2026-01-06T08:00"), 1), ("b2", t("2026-01-04T15:00"), 1),
+        ("b2", t("2026-01-05T13:00"), 1),
+    ]  # fmt: skip
+    assert [r["reason"] for r in rows(settings, "dead_letters")] == [
+        "invalid_json", "missing_field", "invalid_value", "future_event_time",
+    ]  # fmt: skip
+
+    # no new data: the same contents under a new version (the lookback recomputes 01-06)
+    third = batch(spark, settings, date(2026, 1, 6), lookback=1)
+    assert third.records_ingested == 0 and third.recomputed_dates == [date(2026, 1, 6)]
+    assert third.version is not None and second.version is not None
+    assert third.version.version == second.version.version + 1
+    assert all_tables(settings, third.version.version) == all_tables(settings, second.version.version)
+
+
+def test_same_master_dataset_gives_identical_contents(first_run: Settings, spark: SparkSession) -> None:
+    # a run with a lookback over every date recomputes everything from the same master dataset
+    report = batch(spark, first_run, D, lookback=10)
+    assert report.recomputed_dates == [date(2026, 1, 2), date(2026, 1, 3), date(2026, 1, 4), D]
+    assert report.version is not None
+    assert all_tables(first_run, report.version.version) == all_tables(first_run, 1)
+    with duckdb.connect() as connection:
+        for number in (1, report.version.version):
+            path = version_file(first_run.batch_store, number)
+            connection.execute(f"ATTACH '{path}' AS v{number} (READ_ONLY)")
+        for spec in STORE_TABLES:
+            difference = connection.execute(
+                f'SELECT count(*) FROM (SELECT * FROM v1."{spec.name}" EXCEPT ALL '
+                f'SELECT * FROM v{report.version.version}."{spec.name}")'
+            ).fetchone()
+            assert difference == (0,)
+
+
+def test_rollback_moves_the_pointer_back(first_run: Settings, spark: SparkSession) -> None:
+    newer = batch(spark, first_run, D)
+    assert newer.version is not None and newer.version.version > 1
+    rollback(first_run.batch_store, 1)
+    current = read_current(first_run.batch_store)
+    assert current is not None and current.version == 1
+
+    listed = subprocess.run(
+        [sys.executable, "-m", "lambdaline.cli", "batch", "versions", "--json"],
+        env=environment_of(first_run), capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    versions = json.loads(listed.stdout)
+    assert [v["version"] for v in versions if v["current"]] == [1]
+    assert newer.version.version in [v["version"] for v in versions]
+
+    missing = subprocess.run(
+        [sys.executable, "-m", "lambdaline.cli", "batch", "rollback", "999"],
+        env=environment_of(first_run), capture_output=True, text=True,
+    )  # fmt: skip
+    assert missing.returncode == 1
+    assert "version 999 is not in" in missing.stderr + missing.stdout
+    rollback(first_run.batch_store, newer.version.version)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("failpoint", ["publish_tables", "publish_before_pointer"])
+def test_kill_9_during_publish_leaves_current_untouched(
+    first_run: Settings, spark: SparkSession, failpoint: str
+) -> None:
+    pointer = first_run.batch_store / "CURRENT"
+    before = pointer.read_bytes()
+    served = read_current(first_run.batch_store)
+    assert served is not None
+
+    run = subprocess.Popen(
+        [sys.executable, "-m", "lambdaline.cli", "batch", "run", "--date", D.isoformat()],
+        env={**environment_of(first_run), "LAMBDALINE_FAILPOINT": failpoint},
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        start_new_session=True,  # its own process group: the Python driver and its JVM
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        assert run.stderr is not None
+        for line in run.stderr:
+            if '"failpoint_reached"' in line:
+                break
+            assert time.monotonic() < deadline, "the run never reached the failpoint"
+        else:
+            raise AssertionError(f"the run ended (exit {run.wait()}) before the failpoint")
+    finally:
+        os.killpg(run.pid, signal.SIGKILL)
+        run.wait(timeout=30)
+
+    assert pointer.read_bytes() == before
+    assert read_current(first_run.batch_store) == served
+    assert rows(first_run, "booth_stats", served.version) == rows(first_run, "booth_stats")
+
+    after = batch(spark, first_run, D)  # the next run succeeds and is served
+    assert after.version is not None and after.version.version > served.version
+    current = read_current(first_run.batch_store)
+    assert current is not None and current.version == after.version.version
+    assert all_tables(first_run, current.version) == all_tables(first_run, served.version)
+    assert not list((first_run.batch_store / "versions").glob(".*tmp*"))
