@@ -26,10 +26,11 @@ batch_app = typer.Typer(
     help="The batch layer: master dataset, nightly recompute, versioned DuckDB publish."
 )
 console = Console()
+errors = Console(stderr=True)
 
 
 def _fail(message: str) -> typer.Exit:
-    console.print(f"[red]error:[/red] {message}", highlight=False)
+    errors.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
     return typer.Exit(1)
 
 

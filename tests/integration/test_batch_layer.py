@@ -240,10 +240,14 @@ def test_late_data_is_recomputed_and_a_rerun_changes_only_the_version(
     assert third.records_ingested == 0 and third.recomputed_dates == [date(2026, 1, 6)]
     assert third.version is not None and second.version is not None
     assert third.version.version == second.version.version + 1
-    assert all_tables(settings, third.version.version) == all_tables(settings, second.version.version)
+    assert all_tables(settings, third.version.version) == all_tables(
+        settings, second.version.version
+    )
 
 
-def test_same_master_dataset_gives_identical_contents(first_run: Settings, spark: SparkSession) -> None:
+def test_same_master_dataset_gives_identical_contents(
+    first_run: Settings, spark: SparkSession
+) -> None:
     # a run with a lookback over every date recomputes everything from the same master dataset
     report = batch(spark, first_run, D, lookback=10)
     assert report.recomputed_dates == [date(2026, 1, 2), date(2026, 1, 3), date(2026, 1, 4), D]

@@ -99,3 +99,35 @@ def test_unreachable_maven_central_is_said_plainly(
     with pytest.raises(JarResolutionError, match="cannot reach Maven Central"):
         resolve_jars(settings, JvmProfile.KAFKA_BROKER)
     assert not any((tmp_path / "cache").iterdir())  # nothing half-resolved is left behind
+
+
+def test_batch_run_rejects_a_bad_date() -> None:
+    result = runner.invoke(app, ["batch", "run", "--date", "yesterday"])
+    assert result.exit_code == 2
+    assert "'yesterday' is not a date (YYYY-MM-DD)" in result.output
+
+
+def test_batch_schedule_rejects_a_bad_cron_expression() -> None:
+    result = runner.invoke(app, ["batch", "schedule", "--cron", "every night"])
+    assert result.exit_code == 2
+    assert "is not a cron expression" in result.output
+
+
+def test_batch_rollback_names_the_kept_versions(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("LAMBDALINE_STATE_DIR", str(tmp_path))
+    result = runner.invoke(app, ["batch", "rollback", "3"])
+    assert result.exit_code == 1
+    assert "version 3 is not in" in result.output
+    assert "kept versions: none" in result.output
+
+
+def test_batch_versions_on_an_empty_store_says_how_to_fill_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("LAMBDALINE_STATE_DIR", str(tmp_path))
+    result = runner.invoke(app, ["batch", "versions", "--json"])
+    assert result.exit_code == 0
+    assert json.loads(result.output) == []
+    assert "lambdaline batch run" in runner.invoke(app, ["batch", "versions"]).output

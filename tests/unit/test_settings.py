@@ -4,6 +4,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from shared.settings import Settings, SettingsError, get_settings
 
@@ -77,3 +78,22 @@ def test_unknown_setting_in_toml_is_rejected(
     monkeypatch.setenv("LAMBDALINE_CONFIG", str(config))
     with pytest.raises(SettingsError, match="windw"):
         get_settings()
+
+
+def test_a_window_must_divide_a_day() -> None:
+    with pytest.raises(ValidationError, match="must divide a day evenly"):
+        Settings(window="7m")
+    assert Settings(window="15m").window.total_seconds() == 900
+
+
+def test_batch_cron_must_be_a_cron_expression() -> None:
+    with pytest.raises(ValidationError, match="is not a cron expression"):
+        Settings(batch_cron="nightly")
+
+
+def test_master_and_batch_store_default_under_the_state_dir(tmp_path: Path) -> None:
+    settings = Settings(state_dir=tmp_path)
+    assert settings.master_location == str(tmp_path / "master")
+    assert settings.batch_store == tmp_path / "batch"
+    moved = Settings(state_dir=tmp_path, master_dir="hdfs://namenode:8020/lambdaline/master/")
+    assert moved.master_location == "hdfs://namenode:8020/lambdaline/master"

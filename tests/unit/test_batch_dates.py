@@ -1,0 +1,75 @@
+"""Which dates a batch run recomputes (pure: no Spark, no files)."""
+
+from __future__ import annotations
+
+from datetime import date, timedelta
+
+from batch_layer.recompute import DEAD_LETTERS, Inventory, dates_to_recompute
+from shared.events import TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION
+
+
+def d(day: int) -> date:
+    return date(2026, 1, day)
+
+
+def inventory(**parts: set[tuple[date, int]]) -> Inventory:
+    names = {
+        "entries": TOLL_ENTRY.name, "exits": TOLL_EXIT.name,
+        "registrations": VEHICLE_REGISTRATION.name, "dead": DEAD_LETTERS,
+    }  # fmt: skip
+    return Inventory({names[key]: frozenset(found) for key, found in parts.items()})
+
+
+def choose(
+    found: Inventory, run_date: date, horizon: date | None, batch: int | None, lookback: int = 0
+) -> list[date]:
+    return dates_to_recompute(
+        run_date=run_date, inventory=found, published_horizon=horizon,
+        published_ingest_batch=batch, lookback_days=lookback, max_trip=timedelta(hours=1),
+    )  # fmt: skip
+
+
+def test_first_run_takes_every_date_up_to_the_run_date() -> None:
+    found = inventory(entries={(d(1), 0), (d(2), 0), (d(3), 0)}, registrations={(d(1), 0)})
+    assert choose(found, d(2), None, None) == [d(1), d(2)]
+
+
+def test_dates_from_the_published_horizon_on_are_new() -> None:
+    found = inventory(entries={(d(1), 0), (d(2), 0), (d(3), 0), (d(4), 1)})
+    # version published for day 2 (horizon day 3) after ingest batch 1
+    assert choose(found, d(4), d(3), 1) == [d(3), d(4)]
+
+
+def test_an_entry_ingested_late_recomputes_its_date_only() -> None:
+    found = inventory(entries={(d(1), 0), (d(1), 2), (d(2), 0), (d(3), 0)})
+    assert choose(found, d(2), d(3), 1) == [d(1)]
+
+
+def test_a_late_exit_recomputes_its_date_and_the_day_before() -> None:
+    found = inventory(entries={(d(1), 0), (d(2), 0), (d(3), 0)}, exits={(d(3), 2)})
+    assert choose(found, d(3), d(4), 1) == [d(2), d(3)]
+
+
+def test_a_late_registration_recomputes_every_later_date_up_to_the_run_date() -> None:
+    found = inventory(entries={(d(n), 0) for n in range(1, 7)}, registrations={(d(2), 2)})
+    assert choose(found, d(5), d(6), 1) == [d(2), d(3), d(4), d(5)]
+
+
+def test_a_late_dead_letter_recomputes_its_date() -> None:
+    found = inventory(entries={(d(1), 0), (d(2), 0)}, dead={(d(1), 3)})
+    assert choose(found, d(2), d(3), 2) == [d(1)]
+
+
+def test_lookback_dates_with_data_are_always_recomputed() -> None:
+    found = inventory(entries={(d(1), 0), (d(3), 0), (d(4), 0)})
+    assert choose(found, d(4), d(5), 0, lookback=3) == [d(3), d(4)]  # d(2) has no data
+
+
+def test_dates_after_the_run_date_wait_for_a_later_run() -> None:
+    found = inventory(entries={(d(1), 0), (d(2), 5), (d(3), 5)}, registrations={(d(2), 5)})
+    assert choose(found, d(2), d(2), 0) == [d(2)]
+
+
+def test_nothing_new_and_no_lookback_recomputes_nothing() -> None:
+    found = inventory(entries={(d(1), 0), (d(2), 0)})
+    assert choose(found, d(2), d(3), 0) == []
