@@ -37,7 +37,12 @@ from shared.events import EVENT_TYPES, EventType
 from shared.logs import log_event
 from shared.settings import Settings
 from shared.topics import input_topics
-from shared.validation import DEAD_LETTER_SCHEMA, SOURCE_COLUMNS, decode_records
+from shared.validation import (
+    DEAD_LETTER_SCHEMA,
+    SOURCE_COLUMNS,
+    classify_records,
+    split_classified,
+)
 
 logger = logging.getLogger("lambdaline.batch")
 
@@ -154,10 +159,11 @@ def _ingest_batch(
     settings: Settings, on_batch: Callable[[IngestedBatch], None] | None
 ) -> Callable[[DataFrame, int], None]:
     def write(batch: DataFrame, batch_id: int) -> None:
-        batch.persist()
+        # decode once: every output below is a filter of this one persisted frame
+        classified = classify_records(batch, settings.topics, settings.max_future_skew).persist()
         try:
-            records = batch.count()
-            decoded = decode_records(batch, settings.topics, settings.max_future_skew, True)
+            records = classified.count()
+            decoded = split_classified(classified, settings.topics, keep_raw=True)
             for event_type in EVENT_TYPES:
                 events = decoded.of(event_type).select(
                     "*",
@@ -175,7 +181,7 @@ def _ingest_batch(
             spark = batch.sparkSession
             dead = _count_rows(spark, location, MASTER_DEAD_LETTER_SCHEMA, batch_id)
         finally:
-            batch.unpersist()
+            classified.unpersist()
         ingested = IngestedBatch(batch_id, records, dead)
         log_event(
             logger, "batch_ingest_batch", batch_id=batch_id, records=records, dead_letters=dead

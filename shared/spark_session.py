@@ -45,8 +45,11 @@ def spark_session(
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", str(settings.spark_shuffle_partitions))
+        # the master dataset's Parquet: standard microsecond timestamps, not legacy INT96
+        .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
         .getOrCreate()
     )  # fmt: skip
     session.conf.set("spark.sql.session.timeZone", "UTC")
     session.conf.set("spark.sql.shuffle.partitions", str(settings.spark_shuffle_partitions))
+    session.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
     return session

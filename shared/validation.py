@@ -168,16 +168,12 @@ def _event_time(event_type: EventType) -> Column:
     return _json_text(event_type.time_field).try_cast(T.TimestampType())
 
 
-def decode_records(
-    raw: DataFrame, topics: TopicSettings, max_future_skew: timedelta, keep_raw: bool = False
-) -> DecodedRecords:
-    """Split raw Kafka records into valid events (per event type) and dead letters.
-
-    Works on streaming and static DataFrames. Valid events have the event type's
-    schema (:attr:`EventType.spark_schema`) followed by the ``SOURCE_COLUMNS``
-    and, with ``keep_raw``, the record's own ``key`` and ``value`` bytes (the
-    batch layer's master dataset keeps both).
-    """
+def classify_records(
+    raw: DataFrame, topics: TopicSettings, max_future_skew: timedelta
+) -> DataFrame:
+    """Raw Kafka records with every field looked up and checked: the first half of
+    :func:`decode_records`. Persist this frame to split it more than once at the
+    cost of one decode (the batch layer's ingest does)."""
     text = F.col("value").cast(T.StringType())
     is_utf8 = F.coalesce(F.is_valid_utf8(text), F.lit(False))
     parsed = raw.withColumn("_json", F.when(is_utf8, F.try_parse_json(text)))
@@ -223,8 +219,13 @@ def decode_records(
             )
         )
     )
-    classified = checked.withColumn("_reason", reason)
+    return checked.withColumn("_reason", reason).withColumn("_detail", detail)
 
+
+def split_classified(
+    classified: DataFrame, topics: TopicSettings, keep_raw: bool = False
+) -> DecodedRecords:
+    """Valid events per type and dead letters from :func:`classify_records`' output."""
     source = [
         F.col("topic").alias("source_topic"),
         F.col("partition").cast(T.IntegerType()).alias("source_partition"),
@@ -245,6 +246,19 @@ def decode_records(
         F.col("key"),
         F.col("value"),
         F.col("_reason").alias("reason"),
-        detail.alias("detail"),
+        F.col("_detail").alias("detail"),
     )
     return DecodedRecords(events=events, dead_letters=dead_letters)
+
+
+def decode_records(
+    raw: DataFrame, topics: TopicSettings, max_future_skew: timedelta, keep_raw: bool = False
+) -> DecodedRecords:
+    """Split raw Kafka records into valid events (per event type) and dead letters.
+
+    Works on streaming and static DataFrames. Valid events have the event type's
+    schema (:attr:`EventType.spark_schema`) followed by the ``SOURCE_COLUMNS``
+    and, with ``keep_raw``, the record's own ``key`` and ``value`` bytes (the
+    batch layer's master dataset keeps both).
+    """
+    return split_classified(classify_records(raw, topics, max_future_skew), topics, keep_raw)
