@@ -177,7 +177,10 @@ def publish_version(
 
     with duckdb.connect(str(temporary)) as connection:
         connection.execute("CREATE TEMP TABLE recomputed (day DATE)")
-        connection.executemany("INSERT INTO recomputed VALUES (?)", [[d] for d in recomputed_dates])
+        if recomputed_dates:
+            connection.executemany(
+                "INSERT INTO recomputed VALUES (?)", [[day] for day in recomputed_dates]
+            )
         if previous is not None:
             connection.execute(
                 "ATTACH ? AS previous (READ_ONLY)", [str(version_file(store, previous.version))]

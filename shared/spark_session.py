@@ -1,9 +1,10 @@
 """The SparkSession both layers run in, configured from settings.
 
-Local runs get ``spark_master`` (default ``local[*]``), a capped driver heap and
-few shuffle partitions. Under ``spark-submit`` the session already exists and
-its master, memory and jars come from the submit command; only the SQL settings
-the views depend on (UTC session time zone, shuffle partitions) are applied.
+Local runs get ``spark_master`` (default ``local[*]``), a capped driver heap, the
+Kafka connector jars and few shuffle partitions. Under ``spark-submit`` the
+master, memory and jars come from the submit command (see deploy/spark/); only
+the SQL settings the views depend on (UTC session time zone, shuffle partitions,
+Parquet timestamp type) are applied.
 
 State stays in Spark's default HDFS-backed state store: on this project's small
 local state it measured faster than RocksDB (no-data micro-batches of the join
@@ -24,32 +25,42 @@ from shared.jvm import spark_kafka_jars
 from shared.settings import Settings
 
 
+def under_spark_submit() -> bool:
+    """True when spark-submit launched this process: its JVM is already running,
+    with the master, memory and jars the submit command gave."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
 def spark_session(
     settings: Settings, app_name: str, extra_config: Mapping[str, str] | None = None
 ) -> SparkSession:
     """Get or create the session, with the Spark Kafka connector on its classpath."""
-    jars = ",".join(str(jar) for jar in spark_kafka_jars(settings))
-    builder = SparkSession.builder
-    if settings.spark_master.startswith("local"):
-        # Python UDF workers must run this interpreter (the project's venv), not
-        # whatever `python3` is first on the PATH; pyspark reads only the
-        # environment variable for that. A cluster sets its own.
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app_name)
+    if not under_spark_submit():
+        if settings.spark_master.startswith("local"):
+            # Python UDF workers must run this interpreter (the project's venv), not
+            # whatever `python3` is first on the PATH; pyspark reads only the
+            # environment variable for that. A cluster sets its own.
+            os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        jars = ",".join(str(jar) for jar in spark_kafka_jars(settings))
+        builder = (
+            builder.master(settings.spark_master)
+            .config("spark.jars", jars)
+            .config("spark.driver.memory", settings.spark_driver_memory)
+        )
     for key, value in (extra_config or {}).items():
         builder = builder.config(key, value)
-    session = (
-        builder.appName(app_name)
-        .master(settings.spark_master)
-        .config("spark.jars", jars)
-        .config("spark.driver.memory", settings.spark_driver_memory)
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", str(settings.spark_shuffle_partitions))
+    sql_settings = {
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": str(settings.spark_shuffle_partitions),
         # the master dataset's Parquet: standard microsecond timestamps, not legacy INT96
-        .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-        .getOrCreate()
-    )  # fmt: skip
-    session.conf.set("spark.sql.session.timeZone", "UTC")
-    session.conf.set("spark.sql.shuffle.partitions", str(settings.spark_shuffle_partitions))
-    session.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    }
+    for key, value in sql_settings.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    for key, value in sql_settings.items():  # the session may have existed already
+        if key.startswith("spark.sql."):
+            session.conf.set(key, value)
     return session

@@ -1,0 +1,123 @@
+"""Publishing versions with real DuckDB files (no Spark): copy rule, horizon, pruning, rollback."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime
+from decimal import Decimal
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+from batch_layer.publish import BatchStoreError, list_versions, publish_version, rollback, run_lock
+from shared.batch_store import STORE_TABLES, read_current, version_file
+
+
+def empty_tables() -> dict[str, pa.Table]:
+    """Every store table with no rows, typed as DuckDB will type them."""
+    with duckdb.connect() as connection:
+        tables = {}
+        for spec in STORE_TABLES:
+            connection.execute(spec.ddl())
+            tables[spec.name] = connection.sql(f'SELECT * FROM "{spec.name}"').to_arrow_table()
+        return tables
+
+
+def booth_rows(*rows: tuple[str, str, int]) -> pa.Table:
+    """booth_stats rows (booth, window start, vehicle count); other columns filled in."""
+    template = empty_tables()["booth_stats"]
+    starts = [datetime.fromisoformat(start) for _, start, _ in rows]
+    columns = {
+        "booth_id": [booth for booth, _, _ in rows],
+        "window_start": starts,
+        "window_end": starts,
+        "vehicle_count": [count for _, _, count in rows],
+        "total_toll": [Decimal("1.00")] * len(rows),
+        "first_entry_time": starts,
+        "last_entry_time": starts,
+    }
+    return pa.Table.from_pydict(columns, schema=template.schema)
+
+
+def publish(store: Path, rows: pa.Table, dates: list[date], horizon_day: int, keep: int = 5):  # type: ignore[no-untyped-def]
+    fresh = {**empty_tables(), "booth_stats": rows}
+    horizon = datetime(2026, 1, horizon_day, tzinfo=UTC)
+    return publish_version(store, fresh, dates, horizon, ingest_batch=0, keep_versions=keep)
+
+
+def booth_stats_of(store: Path, version: int) -> list[tuple[str, str, int]]:
+    with duckdb.connect(str(version_file(store, version)), read_only=True) as connection:
+        found = connection.execute(
+            "SELECT booth_id, strftime(window_start, '%Y-%m-%dT%H:%M'), vehicle_count "
+            "FROM booth_stats"
+        ).fetchall()
+    return [(booth, start, count) for booth, start, count in found]
+
+
+def test_a_version_keeps_rows_of_dates_not_recomputed_and_replaces_the_rest(tmp_path: Path) -> None:
+    first = publish(tmp_path, booth_rows(("b1", "2026-01-04T10:00", 2), ("b1", "2026-01-05T10:00", 3)),
+                    [date(2026, 1, 4), date(2026, 1, 5)], horizon_day=6)  # fmt: skip
+    second = publish(tmp_path, booth_rows(("b2", "2026-01-05T11:00", 7)), [date(2026, 1, 5)], 6)
+    assert (first.version, second.version) == (1, 2)
+    assert booth_stats_of(tmp_path, 2) == [
+        ("b1", "2026-01-04T10:00", 2),
+        ("b2", "2026-01-05T11:00", 7),
+    ]
+    assert second.row_counts["booth_stats"] == 2
+    assert second.dates == (date(2026, 1, 4), date(2026, 1, 5))
+    assert booth_stats_of(tmp_path, 1) == [
+        ("b1", "2026-01-04T10:00", 2),
+        ("b1", "2026-01-05T10:00", 3),
+    ]
+
+
+def test_rows_are_stored_in_key_order(tmp_path: Path) -> None:
+    publish(tmp_path, booth_rows(("b2", "2026-01-04T10:00", 1), ("b1", "2026-01-04T10:05", 1),
+                                 ("b1", "2026-01-04T10:00", 1)), [date(2026, 1, 4)], 5)  # fmt: skip
+    assert booth_stats_of(tmp_path, 1) == [
+        ("b1", "2026-01-04T10:00", 1), ("b1", "2026-01-04T10:05", 1), ("b2", "2026-01-04T10:00", 1)
+    ]  # fmt: skip
+
+
+def test_the_horizon_never_moves_backward(tmp_path: Path) -> None:
+    publish(tmp_path, booth_rows(), [], horizon_day=9)
+    older_run = publish(tmp_path, booth_rows(), [], horizon_day=6)
+    assert older_run.horizon == datetime(2026, 1, 9, tzinfo=UTC)
+
+
+def test_old_versions_are_pruned_but_never_the_current_one(tmp_path: Path) -> None:
+    for _ in range(3):
+        publish(tmp_path, booth_rows(), [], 6, keep=2)
+    assert [listed.manifest.version for listed in list_versions(tmp_path)] == [2, 3]
+    rollback(tmp_path, 2)
+    publish(tmp_path, booth_rows(), [], 6, keep=1)  # version 4 becomes current
+    rollback(tmp_path, 4)
+    assert [(v.manifest.version, v.current) for v in list_versions(tmp_path)] == [(4, True)]
+
+
+def test_rollback_moves_the_pointer_and_refuses_unknown_versions(tmp_path: Path) -> None:
+    publish(tmp_path, booth_rows(("b1", "2026-01-04T10:00", 2)), [date(2026, 1, 4)], 5)
+    publish(tmp_path, booth_rows(("b1", "2026-01-04T10:00", 9)), [date(2026, 1, 4)], 5)
+    assert rollback(tmp_path, 1).version == 1
+    current = read_current(tmp_path)
+    assert current is not None and current.version == 1
+    assert [v.current for v in list_versions(tmp_path)] == [True, False]
+    with pytest.raises(BatchStoreError, match=r"version 7 is not in .* \(kept versions: 1, 2\)"):
+        rollback(tmp_path, 7)
+
+
+def test_leftovers_of_a_killed_publish_are_removed(tmp_path: Path) -> None:
+    publish(tmp_path, booth_rows(), [], 5)
+    leftover = tmp_path / "versions" / ".00000002.duckdb.tmp"
+    leftover.write_bytes(b"half a file")
+    assert publish(tmp_path, booth_rows(), [], 5).version == 2
+    assert not leftover.exists()
+
+
+def test_a_second_run_cannot_take_the_lock(tmp_path: Path) -> None:
+    second = pytest.raises(BatchStoreError, match="another batch run holds")
+    with run_lock(tmp_path), second, run_lock(tmp_path):
+        pass
+    with run_lock(tmp_path):  # released
+        pass
