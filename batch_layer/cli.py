@@ -18,6 +18,7 @@ from batch_layer.publish import BatchStoreError, ListedVersion, list_versions, r
 from batch_layer.run import RunReport, default_run_date, run_batch
 from batch_layer.schedule import Scheduler, next_run_after, serve_until_signalled
 from shared.batch_store import STORE_TABLES
+from shared.kafka_admin import KafkaUnreachableError, require_kafka
 from shared.logs import configure_logging
 from shared.settings import get_settings
 from shared.spark_session import spark_session
@@ -84,6 +85,10 @@ def batch_run(
         sys.exit(128 + signum)  # unwind: release the lock, stop Spark
 
     signal.signal(signal.SIGTERM, terminate)
+    try:
+        require_kafka(settings)
+    except KafkaUnreachableError as error:
+        raise _fail(str(error)) from None
     spark = spark_session(settings, "lambdaline-batch")
     lookback = settings.batch_lookback_days if lookback_days is None else lookback_days
     try:

@@ -131,6 +131,16 @@ def list_versions(store: Path) -> list[ListedVersion]:
     ]
 
 
+def empty_store_tables() -> dict[str, pa.Table]:
+    """Every store table with no rows, as Arrow: the fresh rows of a run that recomputes nothing."""
+    with duckdb.connect() as connection:
+        tables = {}
+        for spec in STORE_TABLES:
+            connection.execute(spec.ddl())
+            tables[spec.name] = connection.sql(f'SELECT * FROM "{spec.name}"').to_arrow_table()
+    return tables
+
+
 def _copy_table(
     connection: duckdb.DuckDBPyConnection, table_name: str, fresh: pa.Table, has_previous: bool
 ) -> None:

@@ -24,6 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 from batch_layer import master
 from shared.events import EVENT_TYPES, TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION, EventType
 from shared.settings import Settings
+from shared.validation import SOURCE_COLUMNS
 from shared.views import all_views, without_duplicates
 
 DEAD_LETTERS = "dead_letters"
@@ -110,8 +111,10 @@ def _events(
     spark: SparkSession, settings: Settings, event_type: EventType, dates: Iterable[date]
 ) -> DataFrame:
     """Valid events of these dates, duplicates removed, kept for the views that share them."""
-    events = master.read_events(spark, settings, event_type, dates).transform(without_duplicates)
-    return events.persist(StorageLevel.MEMORY_AND_DISK)
+    # the raw key and value bytes stay on disk: Parquet reads only the columns used
+    columns = [*event_type.spark_schema.fieldNames(), *SOURCE_COLUMNS]
+    events = master.read_events(spark, settings, event_type, dates).select(*columns)
+    return events.transform(without_duplicates).persist(StorageLevel.MEMORY_AND_DISK)
 
 
 def recompute(

@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
 from batch_layer import master
-from batch_layer.publish import publish_version, run_lock
+from batch_layer.publish import empty_store_tables, publish_version, run_lock
 from batch_layer.recompute import dates_to_recompute, read_inventory, recompute, release
 from shared.batch_store import STORE_TABLE_BY_NAME, STORE_TABLES, BatchVersion, read_current
 from shared.logs import log_event
@@ -147,12 +147,13 @@ def run_batch(
             )
             report.recomputed_dates = dates
             progress.update(task, description=f"recompute {len(dates)} dates")
-            views = recompute(spark, settings, inventory, dates)
-            fresh = {}
-            for table in STORE_TABLES:
-                progress.update(task, description=f"recompute {len(dates)} dates: {table.name}")
-                fresh[table.name] = as_store_rows(views[table.name], table.name)
-            release(spark)
+            fresh = empty_store_tables()
+            if dates:
+                views = recompute(spark, settings, inventory, dates)
+                for table in STORE_TABLES:
+                    progress.update(task, description=f"recompute {len(dates)} dates: {table.name}")
+                    fresh[table.name] = as_store_rows(views[table.name], table.name)
+                release(spark)
 
         # publish: a new DuckDB version, then the CURRENT pointer
         with _step(report, "publish", progress, "publish version", cpu_clock):

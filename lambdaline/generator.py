@@ -51,7 +51,6 @@ from typing import Any
 from kafka import KafkaProducer
 from kafka.partitioner.default import murmur2
 
-from lambdaline.kafka_broker import admin_client
 from shared.events import (
     BoothId,
     EventId,
@@ -65,6 +64,7 @@ from shared.events import (
     event_to_wire,
     format_instant,
 )
+from shared.kafka_admin import admin_client
 from shared.settings import Settings
 from shared.validation import DeadLetterReason
 

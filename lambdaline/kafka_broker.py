@@ -28,10 +28,10 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from kafka import KafkaAdminClient
 from kafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 
 from shared.jvm import JvmProfile, resolve_jars
+from shared.kafka_admin import admin_client, port_open
 from shared.settings import Settings
 
 NODE_ID = 1
@@ -173,30 +173,6 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
-def _port_open(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.settimeout(0.5)
-        return probe.connect_ex((host, port)) == 0
-
-
-def admin_client(settings: Settings, client_id: str = "lambdaline") -> KafkaAdminClient:
-    """An admin client for the configured cluster, failing fast if no bootstrap server listens.
-
-    kafka-python waits ``kafka_timeout`` to bootstrap and then leaves its network
-    thread running until its own timeouts pass; a refused connection is known at
-    once, so it is checked first.
-    """
-    if not any(_port_open(host, port) for host, port in settings.bootstrap_servers):
-        raise KafkaConnectionError(f"nothing listens on {settings.kafka_bootstrap}")
-    timeout_ms = int(settings.kafka_timeout.total_seconds() * 1000)
-    return KafkaAdminClient(
-        bootstrap_servers=settings.kafka_bootstrap,
-        client_id=client_id,
-        request_timeout_ms=timeout_ms,
-        bootstrap_timeout_ms=timeout_ms,
-    )
-
-
 def _answers(settings: Settings, timeout_ms: int = 2000) -> bool:
     """True if the cluster answers a cluster description."""
     probe = settings.model_copy(update={"kafka_timeout": timedelta(milliseconds=timeout_ms)})
@@ -244,7 +220,7 @@ def start(settings: Settings) -> BrokerStatus:
     paths.pid_file.unlink(missing_ok=True)
     host, port = settings.bootstrap_host, settings.bootstrap_port
     for taken in (port, settings.kafka_controller_port):
-        if _port_open(host, taken):
+        if port_open(host, taken):
             raise BrokerError(
                 f"{host}:{taken} is already in use by another process; stop it or set "
                 "LAMBDALINE_KAFKA_BOOTSTRAP / LAMBDALINE_KAFKA_CONTROLLER_PORT to free ports"

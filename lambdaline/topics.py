@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from kafka.admin import NewTopic
 from kafka.errors import TopicAlreadyExistsError
 
-from lambdaline.kafka_broker import admin_client
+from shared.kafka_admin import admin_client
 from shared.settings import Settings
 from shared.topics import TopicSpec, all_topics
 

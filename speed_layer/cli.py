@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+from rich.console import Console
 
+from shared.kafka_admin import KafkaUnreachableError, require_kafka
 from shared.logs import configure_logging
 from shared.settings import get_settings
 from shared.spark_session import spark_session
@@ -23,5 +25,10 @@ def speed_run(
     """Run the speed job (continuous by default; Ctrl-C or SIGTERM stops it cleanly)."""
     configure_logging()
     settings = get_settings()
+    try:
+        require_kafka(settings)
+    except KafkaUnreachableError as error:
+        Console(stderr=True).print(f"[red]error:[/red] {error}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1) from None
     spark = spark_session(settings, "lambdaline-speed")
     job.run(spark, settings, available_now=available_now)

@@ -18,7 +18,9 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 project="$(cd "$here/../.." && pwd)"
 python="${PYTHON:-$project/.venv/bin/python}"
-spark_submit="${SPARK_SUBMIT:-$(dirname "$python")/spark-submit}"
+# a Spark installation's spark-submit, or the one pip installed with pyspark
+export SPARK_HOME="${SPARK_HOME:-$("$python" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')}"
+spark_submit="$SPARK_HOME/bin/spark-submit"
 master="${SPARK_MASTER_URL:-local[2]}"
 
 # the Spark Kafka connector jars, resolved by Maven into the jar cache (make setup)

@@ -10,23 +10,20 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from batch_layer.publish import BatchStoreError, list_versions, publish_version, rollback, run_lock
-from shared.batch_store import STORE_TABLES, read_current, version_file
-
-
-def empty_tables() -> dict[str, pa.Table]:
-    """Every store table with no rows, typed as DuckDB will type them."""
-    with duckdb.connect() as connection:
-        tables = {}
-        for spec in STORE_TABLES:
-            connection.execute(spec.ddl())
-            tables[spec.name] = connection.sql(f'SELECT * FROM "{spec.name}"').to_arrow_table()
-        return tables
+from batch_layer.publish import (
+    BatchStoreError,
+    empty_store_tables,
+    list_versions,
+    publish_version,
+    rollback,
+    run_lock,
+)
+from shared.batch_store import read_current, version_file
 
 
 def booth_rows(*rows: tuple[str, str, int]) -> pa.Table:
     """booth_stats rows (booth, window start, vehicle count); other columns filled in."""
-    template = empty_tables()["booth_stats"]
+    template = empty_store_tables()["booth_stats"]
     starts = [datetime.fromisoformat(start) for _, start, _ in rows]
     columns = {
         "booth_id": [booth for booth, _, _ in rows],
@@ -41,7 +38,7 @@ def booth_rows(*rows: tuple[str, str, int]) -> pa.Table:
 
 
 def publish(store: Path, rows: pa.Table, dates: list[date], horizon_day: int, keep: int = 5):  # type: ignore[no-untyped-def]
-    fresh = {**empty_tables(), "booth_stats": rows}
+    fresh = {**empty_store_tables(), "booth_stats": rows}
     horizon = datetime(2026, 1, horizon_day, tzinfo=UTC)
     return publish_version(store, fresh, dates, horizon, ingest_batch=0, keep_versions=keep)
 

@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from lambdaline.cli import app
+from lambdaline.kafka_broker import free_port
 from shared.jvm import JarResolutionError, JvmProfile, resolve_jars
 from shared.settings import Settings
 
@@ -131,3 +132,15 @@ def test_batch_versions_on_an_empty_store_says_how_to_fill_it(
     assert result.exit_code == 0
     assert json.loads(result.output) == []
     assert "lambdaline batch run" in runner.invoke(app, ["batch", "versions"]).output
+
+
+@pytest.mark.parametrize("command", [["batch", "run"], ["speed", "run"]])
+def test_layers_name_an_unreachable_kafka_before_starting_spark(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, command: list[str]
+) -> None:
+    monkeypatch.setenv("LAMBDALINE_STATE_DIR", str(tmp_path))
+    monkeypatch.setenv("LAMBDALINE_KAFKA_BOOTSTRAP", f"127.0.0.1:{free_port()}")
+    result = runner.invoke(app, command)
+    assert result.exit_code == 1
+    assert "cannot reach Kafka at 127.0.0.1:" in result.output
+    assert "lambdaline kafka start" in result.output
