@@ -9,7 +9,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: setup prerequisites jars demo test test-unit lint bench-generator clean
+.PHONY: setup prerequisites jars demo test test-unit lint bench-generator bench-batch clean
 
 setup: prerequisites $(STAMP) jars
 
@@ -47,6 +47,9 @@ test-unit: $(STAMP)
 
 bench-generator: setup
 	$(BIN)/python benchmarks/generator_throughput.py
+
+bench-batch: setup
+	$(BIN)/python benchmarks/batch_throughput.py
 
 clean:
 	rm -rf $(VENV) .lambdaline .pytest_cache .mypy_cache .ruff_cache

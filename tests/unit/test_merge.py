@@ -1,0 +1,99 @@
+"""The serving layer's merge rule (pure functions, hand-written rows)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from shared.merge import bucket_start, merge_at_horizon, roll_up_booth_stats
+
+
+def at(text: str) -> datetime:
+    return datetime.fromisoformat(text).replace(tzinfo=UTC)
+
+
+def stats(booth: str, start: str, count: int, toll: str) -> dict[str, Any]:
+    window_start = at(start)
+    return {
+        "booth_id": booth, "window_start": window_start,
+        "window_end": window_start + timedelta(minutes=5), "vehicle_count": count,
+        "total_toll": Decimal(toll), "first_entry_time": window_start + timedelta(seconds=10),
+        "last_entry_time": window_start + timedelta(seconds=200),
+    }  # fmt: skip
+
+
+BATCH = [stats("b1", "2026-01-05T23:50", 3, "7.50"), stats("b1", "2026-01-05T23:55", 1, "2.00")]
+SPEED = [
+    stats("b1", "2026-01-05T23:55", 9, "99.00"),  # below the horizon: the batch row wins
+    stats("b1", "2026-01-06T00:00", 2, "5.00"),
+    stats("b1", "2026-01-06T00:05", 4, "8.00"),
+]
+H = at("2026-01-06T00:00")
+
+
+def test_batch_below_the_horizon_speed_from_it() -> None:
+    merged = merge_at_horizon(BATCH, SPEED, H, "window_start")
+    assert [(r["window_start"], r["vehicle_count"], r["source"]) for r in merged] == [
+        (at("2026-01-05T23:50"), 3, "batch"),
+        (at("2026-01-05T23:55"), 1, "batch"),
+        (at("2026-01-06T00:00"), 2, "speed"),
+        (at("2026-01-06T00:05"), 4, "speed"),
+    ]
+
+
+def test_batch_rows_at_or_after_the_horizon_are_ignored() -> None:
+    late_batch = [stats("b1", "2026-01-06T00:00", 50, "1.00")]
+    merged = merge_at_horizon(late_batch, [], H, "window_start")
+    assert merged == []
+
+
+def test_without_a_batch_version_everything_comes_from_the_speed_layer() -> None:
+    merged = merge_at_horizon([], SPEED, None, "window_start")
+    assert [r["source"] for r in merged] == ["speed", "speed", "speed"]
+    assert [r["vehicle_count"] for r in merged] == [9, 2, 4]
+
+
+def test_an_hour_bucket_straddling_the_horizon_is_mixed() -> None:
+    horizon = at("2026-01-05T23:55")  # a horizon inside the 23:00 bucket
+    merged = merge_at_horizon(BATCH, SPEED, horizon, "window_start")
+    hours = roll_up_booth_stats(merged, timedelta(hours=1))
+    assert [(r["window_start"], r["window_end"], r["vehicle_count"], r["total_toll"], r["source"]) for r in hours] == [
+        (at("2026-01-05T23:00"), at("2026-01-06T00:00"), 3 + 9, Decimal("106.50"), "mixed"),
+        (at("2026-01-06T00:00"), at("2026-01-06T01:00"), 2 + 4, Decimal("13.00"), "speed"),
+    ]  # fmt: skip
+    assert hours[0]["first_entry_time"] == at("2026-01-05T23:50:10")
+    assert hours[1]["last_entry_time"] == at("2026-01-06T00:08:20")
+
+
+def test_a_day_bucket_of_one_source_keeps_it() -> None:
+    merged = merge_at_horizon(BATCH, SPEED, H, "window_start")
+    days = roll_up_booth_stats(merged, timedelta(days=1))
+    assert [(r["window_start"], r["vehicle_count"], r["source"]) for r in days] == [
+        (at("2026-01-05T00:00"), 4, "batch"),
+        (at("2026-01-06T00:00"), 6, "speed"),
+    ]
+
+
+def test_a_horizon_that_moves_between_two_requests() -> None:
+    # the batch layer has caught up with 00:00-00:05 when the horizon moves to 00:05
+    batch_then = [*BATCH, stats("b1", "2026-01-06T00:00", 2, "5.00")]
+    before = merge_at_horizon(BATCH, SPEED, H, "window_start")
+    after = merge_at_horizon(batch_then, SPEED, at("2026-01-06T00:05"), "window_start")
+    assert [(r["window_start"], r["source"]) for r in before] == [
+        (at("2026-01-05T23:50"), "batch"), (at("2026-01-05T23:55"), "batch"),
+        (at("2026-01-06T00:00"), "speed"), (at("2026-01-06T00:05"), "speed"),
+    ]  # fmt: skip
+    assert [(r["window_start"], r["source"]) for r in after] == [
+        (at("2026-01-05T23:50"), "batch"), (at("2026-01-05T23:55"), "batch"),
+        (at("2026-01-06T00:00"), "batch"), (at("2026-01-06T00:05"), "speed"),
+    ]  # fmt: skip
+    # no window is lost or counted twice across the move
+    assert sum(r["vehicle_count"] for r in before) == sum(r["vehicle_count"] for r in after) == 10
+
+
+def test_buckets_align_to_the_epoch_in_utc() -> None:
+    assert bucket_start(at("2026-01-05T23:57:12"), timedelta(minutes=5)) == at("2026-01-05T23:55")
+    assert bucket_start(at("2026-01-05T23:57:12"), timedelta(days=1)) == at("2026-01-05T00:00")
+    naive = datetime(2026, 1, 5, 13, 7)
+    assert bucket_start(naive, timedelta(hours=1)) == datetime(2026, 1, 5, 13, 0)
