@@ -24,6 +24,7 @@ from batch_layer.cli import batch_app
 from lambdaline import generator as event_generator
 from lambdaline import kafka_broker
 from lambdaline.topics import create_topics
+from serving.cli import serve
 from shared.events import format_instant
 from shared.jvm import JarResolutionError, JvmProfile, resolve_jars
 from shared.settings import Settings, SettingsError, get_settings, parse_duration
@@ -45,6 +46,7 @@ app.add_typer(topics_app, name="topics")
 app.add_typer(jvm_app, name="jvm")
 app.add_typer(speed_app, name="speed")
 app.add_typer(batch_app, name="batch")
+app.command("serve")(serve)
 
 
 def _settings() -> Settings:

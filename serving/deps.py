@@ -1,0 +1,89 @@
+"""Dependencies of the endpoints: settings, the two stores, the API key, the time range."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import Depends, Header, HTTPException, Query, Request
+
+from serving.batch_reader import BatchReader, BatchSnapshot
+from serving.speed_consumer import SpeedConsumer
+from serving.speed_tables import SpeedTables
+from shared.settings import Settings
+
+
+def app_settings(request: Request) -> Settings:
+    settings: Settings = request.app.state.settings
+    return settings
+
+
+SettingsDep = Annotated[Settings, Depends(app_settings)]
+
+
+def batch_reader(request: Request) -> BatchReader:
+    reader: BatchReader = request.app.state.batch_reader
+    return reader
+
+
+def batch_snapshot(
+    reader: Annotated[BatchReader, Depends(batch_reader)],
+) -> Iterator[BatchSnapshot | None]:
+    """The batch version current when the request started, held until it ends."""
+    with reader.snapshot() as snapshot:
+        yield snapshot
+
+
+BatchReaderDep = Annotated[BatchReader, Depends(batch_reader)]
+BatchDep = Annotated[BatchSnapshot | None, Depends(batch_snapshot)]
+
+
+def speed_tables(request: Request) -> SpeedTables:
+    tables: SpeedTables = request.app.state.speed_tables
+    return tables
+
+
+SpeedDep = Annotated[SpeedTables, Depends(speed_tables)]
+
+
+def speed_consumer(request: Request) -> SpeedConsumer | None:
+    consumer: SpeedConsumer | None = request.app.state.speed_consumer
+    return consumer
+
+
+SpeedConsumerDep = Annotated[SpeedConsumer | None, Depends(speed_consumer)]
+
+
+def require_api_key(
+    settings: SettingsDep,
+    x_api_key: Annotated[str | None, Header(description="one of LAMBDALINE_API_KEYS")] = None,
+) -> None:
+    """Every /v1 route: the X-API-Key header must be one of the configured keys."""
+    if x_api_key is None or not any(
+        secrets.compare_digest(x_api_key, key) for key in settings.api_keys
+    ):
+        raise HTTPException(401, detail="missing or unknown X-API-Key")
+
+
+class TimeRange:
+    """``from`` and ``to``: ISO-8601 instants with a zone, from <= to; rows in [from, to)."""
+
+    def __init__(
+        self,
+        start: Annotated[datetime, Query(alias="from", description="ISO-8601 instant, inclusive")],
+        end: Annotated[datetime, Query(alias="to", description="ISO-8601 instant, exclusive")],
+    ):
+        for name, moment in (("from", start), ("to", end)):
+            if moment.tzinfo is None:
+                raise HTTPException(
+                    422, detail=f"{name} must carry a time zone, e.g. 2026-01-05T00:00:00Z"
+                )
+        if start > end:
+            raise HTTPException(422, detail="from must not be after to")
+        self.start, self.end = start, end
+
+
+TimeRangeDep = Annotated[TimeRange, Depends()]
+Limit = Annotated[int, Query(ge=1, le=100_000, description="at most this many rows")]

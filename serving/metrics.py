@@ -1,0 +1,77 @@
+"""Prometheus metrics: request latency by route, store versions, speed lag.
+
+Each app has its own registry (no process-global collectors), so tests and
+several apps in one process never collide.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+
+from fastapi import APIRouter, FastAPI, Request, Response
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+router = APIRouter(tags=["status"])
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.latency = Histogram(
+            "lambdaline_http_request_duration_seconds", "request latency by route",
+            ["method", "route", "status"], registry=self.registry,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+        )  # fmt: skip
+        self.batch_version = Gauge(
+            "lambdaline_batch_version", "served batch version (-1: none)", registry=self.registry
+        )
+        self.batch_horizon = Gauge(
+            "lambdaline_batch_horizon_seconds", "batch horizon, Unix time", registry=self.registry
+        )
+        self.speed_lag = Gauge(
+            "lambdaline_speed_lag_records",
+            "speed-store records known at start not read yet",
+            registry=self.registry,
+        )
+        self.speed_watermark = Gauge(
+            "lambdaline_speed_watermark_seconds", "speed-layer watermark, Unix time",
+            registry=self.registry,
+        )  # fmt: skip
+
+
+def install_latency_middleware(app: FastAPI, metrics: Metrics) -> None:
+    @app.middleware("http")
+    async def observe(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        started = time.perf_counter()
+        response = await call_next(request)
+        route = request.scope.get("route")
+        path = getattr(route, "path", "unmatched")
+        metrics.latency.labels(request.method, path, str(response.status_code)).observe(
+            time.perf_counter() - started
+        )
+        return response
+
+
+@router.get("/metrics", response_class=Response)
+def metrics_endpoint(request: Request) -> Response:
+    """Prometheus text format."""
+    state = request.app.state
+    metrics: Metrics = state.metrics
+    version = state.batch_reader.version
+    metrics.batch_version.set(version.version if version else -1)
+    metrics.batch_horizon.set(version.horizon.timestamp() if version else 0)
+    consumer = state.speed_consumer
+    lag = consumer.lag if consumer is not None else None
+    metrics.speed_lag.set(lag if lag is not None else -1)
+    watermark = state.speed_tables.watermark
+    metrics.speed_watermark.set(watermark.timestamp() if watermark else 0)
+    return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)

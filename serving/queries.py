@@ -1,0 +1,112 @@
+"""The serving layer's reads: one parameterised query text for both stores, then the merge.
+
+Table and column names come from ``shared.batch_store.STORE_TABLES`` (code,
+never a request); every value a request brings is a query parameter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import duckdb
+
+from serving.batch_reader import BatchSnapshot
+from serving.speed_tables import SpeedTables
+from shared.batch_store import STORE_TABLE_BY_NAME
+from shared.merge import Row, merge_at_horizon, roll_up_booth_stats
+
+
+def naive_utc(moment: datetime) -> datetime:
+    return moment.astimezone(UTC).replace(tzinfo=None)
+
+
+@dataclass(frozen=True)
+class ViewQuery:
+    """Rows of a view whose time column lies in [start, end), with equality filters."""
+
+    view: str
+    start: datetime
+    end: datetime
+    filters: Mapping[str, str]
+    limit: int | None = None
+
+    @property
+    def time_column(self) -> str:
+        return STORE_TABLE_BY_NAME[self.view].date_column
+
+    def sql(self, side: str) -> tuple[str, list[Any]]:
+        """The query for one side of the horizon: ``batch`` (time < H) or ``speed`` (time >= H)."""
+        table = STORE_TABLE_BY_NAME[self.view]
+        time = f'"{self.time_column}"'
+        conditions = [f"{time} >= ?", f"{time} < ?"]
+        params: list[Any] = [naive_utc(self.start), naive_utc(self.end)]
+        for column, value in sorted(self.filters.items()):
+            assert column in table.column_names  # names come from code, values are parameters
+            conditions.append(f'"{column}" = ?')
+            params.append(value)
+        conditions.append(f"{time} < ?" if side == "batch" else f"{time} >= ?")
+        columns = ", ".join(f'"{name}"' for name in table.column_names)
+        order = ", ".join(f'"{name}"' for name in table.key)
+        where = " AND ".join(conditions)
+        text = f'SELECT {columns} FROM "{table.name}" WHERE {where} ORDER BY {order}'
+        if self.limit is not None:
+            text += " LIMIT ?"
+        return text, params
+
+
+def _fetch(cursor: duckdb.DuckDBPyConnection, text: str, params: list[Any]) -> list[Row]:
+    try:
+        result = cursor.execute(text, params)
+        names = [column[0] for column in result.description]
+        return [dict(zip(names, values, strict=True)) for values in result.fetchall()]
+    finally:
+        cursor.close()
+
+
+@dataclass(frozen=True)
+class Merged:
+    rows: list[Row]
+    horizon: datetime | None
+    batch_version: int | None
+
+
+def merged_rows(
+    query: ViewQuery,
+    batch: BatchSnapshot | None,
+    speed: SpeedTables,
+    roll_up_to: timedelta | None = None,
+) -> Merged:
+    """Batch rows before the horizon, speed rows from it (``shared.merge``), rolled up if asked."""
+    final_limit = query.limit
+    if roll_up_to is not None:  # rolled-up buckets are counted after the merge
+        query = replace(query, limit=None)
+    horizon = batch.version.horizon if batch is not None else None
+    boundary = naive_utc(horizon) if horizon is not None else datetime.min
+    limit = [query.limit] if query.limit is not None else []
+    batch_rows: list[Row] = []
+    if batch is not None:
+        text, params = query.sql("batch")
+        batch_rows = _fetch(batch.cursor(), text, [*params, boundary, *limit])
+    text, params = query.sql("speed")
+    speed_rows = _fetch(speed.cursor(), text, [*params, boundary, *limit])
+    rows = merge_at_horizon(
+        batch_rows, speed_rows, boundary if horizon is not None else None, query.time_column
+    )
+    if roll_up_to is not None:
+        rows = roll_up_booth_stats(rows, roll_up_to)
+    else:
+        key = STORE_TABLE_BY_NAME[query.view].key
+        rows.sort(key=lambda row: tuple(row[name] for name in key))
+    if final_limit is not None:
+        rows = rows[:final_limit]
+    return Merged(rows, horizon, batch.version.version if batch is not None else None)
+
+
+def booth_known(booth_id: str, batch: BatchSnapshot | None, speed: SpeedTables) -> bool:
+    """True if either store has ever counted a vehicle at this booth."""
+    text = 'SELECT 1 FROM "booth_stats" WHERE "booth_id" = ? LIMIT 1'
+    cursors = [speed.cursor()] + ([batch.cursor()] if batch is not None else [])
+    return any(_fetch(cursor, text, [booth_id]) for cursor in cursors)

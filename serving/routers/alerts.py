@@ -1,0 +1,32 @@
+"""Alerts: entries by vehicles whose registration had expired."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query
+
+from serving.deps import BatchDep, Limit, SpeedDep, TimeRangeDep, require_api_key
+from serving.models import ExpiredRegistrationRow, ViewResponse
+from serving.queries import ViewQuery, merged_rows
+
+router = APIRouter(prefix="/v1/alerts", tags=["alerts"], dependencies=[Depends(require_api_key)])
+
+
+@router.get("/expired-registrations")
+def expired_registrations(
+    time_range: TimeRangeDep,
+    batch: BatchDep,
+    speed: SpeedDep,
+    booth_id: Annotated[str | None, Query(description="only this booth")] = None,
+    limit: Limit = 1000,
+) -> ViewResponse[ExpiredRegistrationRow]:
+    """Entries in [from, to) whose latest registration at entry time had expired."""
+    filters = {"booth_id": booth_id} if booth_id is not None else {}
+    query = ViewQuery("expired_registrations", time_range.start, time_range.end, filters, limit)
+    merged = merged_rows(query, batch, speed)
+    return ViewResponse[ExpiredRegistrationRow](
+        horizon=merged.horizon, batch_version=merged.batch_version,
+        speed_watermark=speed.watermark,
+        rows=[ExpiredRegistrationRow.model_validate(row) for row in merged.rows],
+    )  # fmt: skip

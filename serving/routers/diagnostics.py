@@ -1,0 +1,25 @@
+"""Diagnostics: entries that miss an exit or a registration, per booth and window."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends
+
+from serving.deps import BatchDep, Limit, SpeedDep, TimeRangeDep, require_api_key
+from serving.models import DiagnosticRow, ViewResponse
+from serving.queries import ViewQuery, merged_rows
+
+router = APIRouter(prefix="/v1", tags=["diagnostics"], dependencies=[Depends(require_api_key)])
+
+
+@router.get("/diagnostics")
+def diagnostics(
+    time_range: TimeRangeDep, batch: BatchDep, speed: SpeedDep, limit: Limit = 10_000
+) -> ViewResponse[DiagnosticRow]:
+    """Counts of entries in [from, to) missing an exit (within max_trip) or a registration."""
+    query = ViewQuery("diagnostics", time_range.start, time_range.end, {}, limit)
+    merged = merged_rows(query, batch, speed)
+    return ViewResponse[DiagnosticRow](
+        horizon=merged.horizon, batch_version=merged.batch_version,
+        speed_watermark=speed.watermark,
+        rows=[DiagnosticRow.model_validate(row) for row in merged.rows],
+    )  # fmt: skip

@@ -1,0 +1,65 @@
+"""Status, liveness and readiness."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Response
+
+from serving.deps import BatchReaderDep, SettingsDep, SpeedConsumerDep, SpeedDep, require_api_key
+from serving.models import StatusResponse
+from shared.batch_store import read_current
+from shared.topics import VIEW_NAMES
+
+router = APIRouter(tags=["status"])
+
+
+def _speed_counts(speed: SpeedDep) -> dict[str, int]:
+    cursor = speed.cursor()
+    try:
+        counts = {}
+        for view in VIEW_NAMES:
+            row = cursor.execute(f'SELECT count(*) FROM "{view}"').fetchone()
+            counts[view] = int(row[0]) if row else 0
+        return counts
+    finally:
+        cursor.close()
+
+
+@router.get("/v1/status", dependencies=[Depends(require_api_key)])
+def status(reader: BatchReaderDep, speed: SpeedDep, consumer: SpeedConsumerDep) -> StatusResponse:
+    """Which batch version is served, its horizon, and how far the speed store has got."""
+    version = reader.version
+    errors = [error for error in (reader.error, consumer.error if consumer else None) if error]
+    return StatusResponse(
+        batch_version=version.version if version else None,
+        horizon=version.horizon if version else None,
+        batch_created_at=version.created_at if version else None,
+        batch_row_counts=version.row_counts if version else {},
+        speed_watermark=speed.watermark,
+        speed_lag_records=consumer.lag if consumer else None,
+        speed_caught_up=consumer.caught_up.is_set() if consumer else False,
+        speed_row_counts=_speed_counts(speed),
+        errors=errors,
+    )
+
+
+@router.get("/healthz")
+def healthz() -> dict[str, str]:
+    """Liveness: the process answers."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz", responses={503: {"description": "not ready; the body says why"}})
+def readyz(
+    response: Response, settings: SettingsDep, reader: BatchReaderDep, consumer: SpeedConsumerDep
+) -> dict[str, object]:
+    """Ready once the speed store has caught up and the published batch version is attached."""
+    waiting = []
+    if consumer is None or not consumer.caught_up.is_set():
+        waiting.append("speed store not caught up")
+    published = read_current(settings.batch_store)
+    if published is not None and reader.version is None:
+        waiting.append(f"batch version {published.version} not attached")
+    if waiting:
+        response.status_code = 503
+        return {"status": "not ready", "waiting_for": waiting}
+    return {"status": "ready"}

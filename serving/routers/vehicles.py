@@ -1,0 +1,31 @@
+"""A vehicle's trips."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends
+
+from serving.deps import BatchDep, Limit, SpeedDep, TimeRangeDep, require_api_key
+from serving.models import VehicleTripRow, ViewResponse
+from serving.queries import ViewQuery, merged_rows
+
+router = APIRouter(prefix="/v1", tags=["vehicles"], dependencies=[Depends(require_api_key)])
+
+
+@router.get("/vehicles/{license_plate}/trips")
+def vehicle_trips(
+    license_plate: str,
+    time_range: TimeRangeDep,
+    batch: BatchDep,
+    speed: SpeedDep,
+    limit: Limit = 1000,
+) -> ViewResponse[VehicleTripRow]:
+    """Trips of one vehicle entering in [from, to): entry joined to its earliest exit."""
+    query = ViewQuery(
+        "vehicle_trips", time_range.start, time_range.end, {"license_plate": license_plate}, limit
+    )
+    merged = merged_rows(query, batch, speed)
+    return ViewResponse[VehicleTripRow](
+        horizon=merged.horizon, batch_version=merged.batch_version,
+        speed_watermark=speed.watermark,
+        rows=[VehicleTripRow.model_validate(row) for row in merged.rows],
+    )  # fmt: skip

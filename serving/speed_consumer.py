@@ -1,0 +1,110 @@
+"""Following the speed store: a kafka-python consumer per process feeding SpeedTables.
+
+It reads every partition of the ``speed.<view>`` topics and ``speed.progress``
+from the beginning (no consumer group: each API process materialises the whole
+store), notes the end offsets it saw at start, and is *caught up* once it has
+read up to them; ``/readyz`` waits for that.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from kafka import KafkaConsumer, TopicPartition
+
+from serving.speed_tables import SpeedTables
+from shared.logs import log_event
+from shared.settings import Settings
+from shared.topics import VIEW_NAMES, speed_topic
+
+logger = logging.getLogger("lambdaline.serving")
+
+
+class SpeedConsumer:
+    """A background thread materialising the speed store into :class:`SpeedTables`."""
+
+    def __init__(self, settings: Settings, tables: SpeedTables):
+        self.settings = settings
+        self.tables = tables
+        self.views_by_topic = {speed_topic(settings, view): view for view in VIEW_NAMES}
+        self.progress_topic = settings.topics.speed_progress
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._start_ends: dict[TopicPartition, int] | None = None
+        self._positions: dict[TopicPartition, int] = {}
+        self.caught_up = threading.Event()
+        self.records_read = 0
+        self.error: str | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="speed-consumer", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    @property
+    def lag(self) -> int | None:
+        """Records known at start not read yet (0 once caught up; None before connecting)."""
+        if self._start_ends is None:
+            return None
+        return sum(
+            max(0, end - self._positions.get(partition, 0))
+            for partition, end in self._start_ends.items()
+        )
+
+    def _consumer(self) -> KafkaConsumer:
+        return KafkaConsumer(
+            bootstrap_servers=self.settings.kafka_bootstrap,
+            group_id=None,
+            enable_auto_commit=False,
+            client_id="lambdaline-serving",
+        )
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._follow()
+            except Exception as error:  # keep serving, retry, and say why
+                self.error = f"{type(error).__name__}: {error}"
+                log_event(logger, "speed_consumer_error", error=self.error)
+                self._stop.wait(2.0)
+
+    def _follow(self) -> None:
+        consumer = self._consumer()
+        try:
+            topics = [*self.views_by_topic, self.progress_topic]
+            partitions = [
+                TopicPartition(topic, partition)
+                for topic in topics
+                for partition in sorted(consumer.partitions_for_topic(topic) or ())
+            ]
+            consumer.assign(partitions)
+            consumer.seek_to_beginning(*partitions)
+            if self._start_ends is None:
+                self._start_ends = dict(consumer.end_offsets(partitions))
+            self.error = None
+            while not self._stop.is_set():
+                batches = consumer.poll(timeout_ms=200, max_records=5000)
+                for partition, records in batches.items():
+                    if partition.topic == self.progress_topic:
+                        for record in records:
+                            self.tables.note_progress(record.value)
+                    else:
+                        view = self.views_by_topic[partition.topic]
+                        self.tables.apply(view, ((r.key, r.value) for r in records))
+                    self._positions[partition] = records[-1].offset + 1
+                    self.records_read += len(records)
+                if not self.caught_up.is_set() and self.lag == 0:
+                    self.caught_up.set()
+                    log_event(logger, "speed_store_caught_up", records=self.records_read)
+        finally:
+            consumer.close()
+
+    def wait_caught_up(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        return self.caught_up.wait(max(0.0, deadline - time.monotonic()))

@@ -1,0 +1,277 @@
+"""The HTTP API on real DuckDB stores filled by hand (no Kafka, no Spark).
+
+The batch store is a published version (horizon 2026-01-06T00:00Z); the speed
+store is SpeedTables fed the JSON records the speed layer writes.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from fastapi.testclient import TestClient
+
+from batch_layer.publish import empty_store_tables, publish_version
+from serving.batch_reader import BatchReader
+from serving.deps import speed_consumer
+from serving.main import create_app
+from serving.speed_tables import SpeedTables
+from shared.settings import Settings
+
+KEY = {"X-API-Key": "test-key"}
+DAY = {"from": "2026-01-05T00:00:00Z", "to": "2026-01-07T00:00:00Z"}
+
+
+def booth_row(booth: str, start: str, count: int, toll: str) -> dict[str, Any]:
+    window_start = datetime.fromisoformat(start)
+    return {
+        "booth_id": booth, "window_start": window_start,
+        "window_end": window_start + timedelta(minutes=5),
+        "vehicle_count": count, "total_toll": Decimal(toll),
+        "first_entry_time": window_start, "last_entry_time": window_start,
+    }  # fmt: skip
+
+
+def table_of(name: str, rows: list[dict[str, Any]]) -> pa.Table:
+    schema = empty_store_tables()[name].schema
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
+def publish_batch(store: Path, vehicle_count: int = 3) -> None:
+    fresh = empty_store_tables()
+    fresh["booth_stats"] = table_of("booth_stats", [
+        booth_row("b1", "2026-01-05T23:50", vehicle_count, "7.50"),
+        booth_row("b1", "2026-01-05T23:55", 1, "2.00"),
+        booth_row("b2", "2026-01-05T10:00", 4, "10.00"),
+    ])  # fmt: skip
+    fresh["vehicle_trips"] = table_of("vehicle_trips", [{
+        "booth_id": "b1", "license_plate": "P1", "entry_time": datetime(2026, 1, 5, 23, 50),
+        "exit_time": datetime(2026, 1, 6, 0, 10), "duration_seconds": 1200.0,
+    }])  # fmt: skip
+    fresh["expired_registrations"] = table_of("expired_registrations", [{
+        "booth_id": "b2", "license_plate": "P2", "entry_time": datetime(2026, 1, 5, 10, 1),
+        "registration_id": "R-2",
+    }])  # fmt: skip
+    fresh["diagnostics"] = table_of("diagnostics", [{
+        "booth_id": "b1", "window_start": datetime(2026, 1, 5, 23, 50),
+        "reason": "missing_exit", "count": 1,
+    }])  # fmt: skip
+    publish_version(store, fresh, [date(2026, 1, 5)], datetime(2026, 1, 6, tzinfo=UTC), 0, 5)
+
+
+def speed_record(value: dict[str, Any], batch_id: int) -> tuple[bytes, bytes]:
+    return b"key-" + json.dumps(sorted(value.items())[:3]).encode(), json.dumps(
+        {**value, "batch_id": batch_id}
+    ).encode()
+
+
+def speed_booth(booth: str, start: str, count: int, toll: float) -> dict[str, Any]:
+    end = (datetime.fromisoformat(start) + timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M")
+    return {
+        "booth_id": booth, "window_start": f"{start}:00.000Z",
+        "window_end": f"{end}:00.000Z", "vehicle_count": count,
+        "total_toll": toll, "first_entry_time": f"{start}:00.000Z",
+        "last_entry_time": f"{start}:00.000Z",
+    }  # fmt: skip
+
+
+def fill_speed(tables: SpeedTables) -> None:
+    tables.apply("booth_stats", [
+        speed_record(speed_booth("b1", "2026-01-05T23:55", 99, 99.0), 1),  # below H: ignored
+        speed_record(speed_booth("b1", "2026-01-06T00:00", 2, 5.0), 1),
+        speed_record(speed_booth("b1", "2026-01-06T00:05", 4, 8.0), 2),
+        speed_record(speed_booth("b1", "2026-01-06T00:05", 1, 1.0), 1),  # an older batch: ignored
+        speed_record(speed_booth("b3", "2026-01-06T01:00", 5, 12.5), 2),
+    ])  # fmt: skip
+    tables.apply("vehicle_trips", [speed_record({
+        "booth_id": "b1", "license_plate": "P1", "entry_time": "2026-01-06T08:00:00.000Z",
+        "exit_time": "2026-01-06T08:05:00.000Z", "duration_seconds": 300.0,
+    }, 3)])  # fmt: skip
+    tables.note_progress(json.dumps({"query": "speed.booth_stats", "watermark": "2026-01-06T00:58:00.000Z"}).encode())  # fmt: skip
+
+
+class CaughtUp:
+    lag = 0
+    error = None
+
+    class caught_up:  # noqa: N801 - mimics threading.Event
+        @staticmethod
+        def is_set() -> bool:
+            return True
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[TestClient]:
+    settings = Settings(state_dir=tmp_path, api_keys=["test-key"])
+    publish_batch(settings.batch_store)
+    tables = SpeedTables()
+    fill_speed(tables)
+    app = create_app(settings, BatchReader(settings.batch_store, poll_s=0.05), tables, False)
+    with TestClient(app) as test_client:
+        yield test_client
+
+
+def test_v1_needs_an_api_key(client: TestClient) -> None:
+    for headers in ({}, {"X-API-Key": "wrong"}):
+        response = client.get("/v1/stats", params=DAY, headers=headers)
+        assert response.status_code == 401
+        assert response.json() == {"detail": "missing or unknown X-API-Key"}
+
+
+def test_booth_stats_merge_batch_below_the_horizon_with_speed_from_it(client: TestClient) -> None:
+    response = client.get("/v1/booths/b1/stats", params=DAY, headers=KEY)
+    assert response.status_code == 200
+    body = response.json()
+    assert body["horizon"] == "2026-01-06T00:00:00Z"
+    assert body["batch_version"] == 1
+    assert body["speed_watermark"] == "2026-01-06T00:58:00Z"
+    assert body["granularity"] == "5m"
+    assert [(r["window_start"], r["vehicle_count"], r["total_toll"], r["source"]) for r in body["rows"]] == [
+        ("2026-01-05T23:50:00Z", 3, "7.50", "batch"),
+        ("2026-01-05T23:55:00Z", 1, "2.00", "batch"),
+        ("2026-01-06T00:00:00Z", 2, "5.00", "speed"),
+        ("2026-01-06T00:05:00Z", 4, "8.00", "speed"),
+    ]  # fmt: skip
+
+
+def test_hourly_and_daily_roll_ups_come_after_the_merge(client: TestClient) -> None:
+    hourly = client.get("/v1/booths/b1/stats", params={**DAY, "granularity": "1h"}, headers=KEY)
+    assert [(r["window_start"], r["window_end"], r["vehicle_count"], r["source"]) for r in hourly.json()["rows"]] == [
+        ("2026-01-05T23:00:00Z", "2026-01-06T00:00:00Z", 4, "batch"),
+        ("2026-01-06T00:00:00Z", "2026-01-06T01:00:00Z", 6, "speed"),
+    ]  # fmt: skip
+    daily = client.get("/v1/stats", params={**DAY, "granularity": "1d"}, headers=KEY)
+    assert [(r["booth_id"], r["window_start"], r["vehicle_count"], r["source"]) for r in daily.json()["rows"]] == [
+        ("b1", "2026-01-05T00:00:00Z", 4, "batch"), ("b1", "2026-01-06T00:00:00Z", 6, "speed"),
+        ("b2", "2026-01-05T00:00:00Z", 4, "batch"), ("b3", "2026-01-06T00:00:00Z", 5, "speed"),
+    ]  # fmt: skip
+
+
+def test_all_booths_with_a_limit(client: TestClient) -> None:
+    response = client.get("/v1/stats", params={**DAY, "limit": 2}, headers=KEY)
+    assert [(r["booth_id"], r["window_start"]) for r in response.json()["rows"]] == [
+        ("b1", "2026-01-05T23:50:00Z"), ("b1", "2026-01-05T23:55:00Z"),
+    ]  # fmt: skip
+
+
+def test_an_unknown_booth_is_404(client: TestClient) -> None:
+    response = client.get("/v1/booths/nope/stats", params=DAY, headers=KEY)
+    assert response.status_code == 404
+    assert response.json() == {"detail": "booth not found"}
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"from": "yesterday", "to": "2026-01-07T00:00:00Z"}, "datetime"),
+        (
+            {"from": "2026-01-05T00:00:00", "to": "2026-01-07T00:00:00Z"},
+            "from must carry a time zone",
+        ),
+        (
+            {"from": "2026-01-07T00:00:00Z", "to": "2026-01-05T00:00:00Z"},
+            "from must not be after to",
+        ),
+        ({**DAY, "granularity": "2h"}, "'5m', '1h' or '1d'"),
+        ({**DAY, "limit": "0"}, "greater than or equal to 1"),
+        ({"to": "2026-01-07T00:00:00Z"}, "Field required"),
+    ],
+)
+def test_bad_parameters_are_422_with_a_message(
+    client: TestClient, params: dict[str, str], message: str
+) -> None:
+    response = client.get("/v1/booths/b1/stats", params=params, headers=KEY)
+    assert response.status_code == 422
+    assert message in json.dumps(response.json())
+
+
+def test_vehicle_trips_alerts_and_diagnostics(client: TestClient) -> None:
+    trips = client.get("/v1/vehicles/P1/trips", params=DAY, headers=KEY).json()["rows"]
+    assert [(r["entry_time"], r["duration_seconds"], r["source"]) for r in trips] == [
+        ("2026-01-05T23:50:00Z", 1200.0, "batch"), ("2026-01-06T08:00:00Z", 300.0, "speed"),
+    ]  # fmt: skip
+    alerts = client.get(
+        "/v1/alerts/expired-registrations", params={**DAY, "booth_id": "b2"}, headers=KEY
+    )
+    assert [
+        (r["license_plate"], r["registration_id"], r["source"]) for r in alerts.json()["rows"]
+    ] == [("P2", "R-2", "batch")]
+    none_here = client.get(
+        "/v1/alerts/expired-registrations", params={**DAY, "booth_id": "b1"}, headers=KEY
+    )
+    assert none_here.json()["rows"] == []
+    diagnostics = client.get("/v1/diagnostics", params=DAY, headers=KEY).json()["rows"]
+    assert diagnostics == [{
+        "booth_id": "b1", "window_start": "2026-01-05T23:50:00Z", "reason": "missing_exit",
+        "count": 1, "source": "batch",
+    }]  # fmt: skip
+
+
+def test_status_health_and_metrics(client: TestClient) -> None:
+    status = client.get("/v1/status", headers=KEY).json()
+    assert status["batch_version"] == 1 and status["horizon"] == "2026-01-06T00:00:00Z"
+    assert status["batch_row_counts"]["booth_stats"] == 3
+    assert status["speed_row_counts"]["booth_stats"] == 4
+    assert client.get("/healthz").json() == {"status": "ok"}
+    not_ready = client.get("/readyz")  # no consumer in this app: never caught up
+    assert not_ready.status_code == 503
+    assert not_ready.json()["waiting_for"] == ["speed store not caught up"]
+    client.app.dependency_overrides[speed_consumer] = CaughtUp  # type: ignore[attr-defined]
+    assert client.get("/readyz").json() == {"status": "ready"}
+    metrics = client.get("/metrics").text
+    assert "lambdaline_batch_version 1.0" in metrics
+    assert (
+        'lambdaline_http_request_duration_seconds_count{method="GET",route="/v1/status",status="200"} 1.0'
+        in metrics
+    )
+
+
+def test_openapi_documents_the_endpoints(client: TestClient) -> None:
+    paths = client.get("/openapi.json").json()["paths"]
+    for path in ("/v1/booths/{booth_id}/stats", "/v1/stats", "/v1/vehicles/{license_plate}/trips",
+                 "/v1/alerts/expired-registrations", "/v1/diagnostics", "/v1/status",
+                 "/healthz", "/readyz", "/metrics"):  # fmt: skip
+        assert path in paths
+
+
+def test_versions_swap_under_concurrent_requests_without_errors_or_mixed_responses(
+    tmp_path: Path,
+) -> None:
+    settings = Settings(state_dir=tmp_path, api_keys=["test-key"])
+    publish_batch(settings.batch_store, vehicle_count=3)  # version n holds n + 2 vehicles
+    app = create_app(settings, BatchReader(settings.batch_store, poll_s=0.01), SpeedTables(), False)
+    seen: list[tuple[int, int]] = []
+    failures: list[str] = []
+    done = threading.Event()
+
+    def ask(client: TestClient) -> None:
+        while not done.is_set():
+            response = client.get("/v1/booths/b1/stats", params=DAY, headers=KEY)
+            if response.status_code != 200:
+                failures.append(f"{response.status_code}: {response.text}")
+                continue
+            body = response.json()
+            first = body["rows"][0]
+            seen.append((body["batch_version"], first["vehicle_count"]))
+
+    with TestClient(app) as client:
+        askers = [threading.Thread(target=ask, args=(client,)) for _ in range(4)]
+        for asker in askers:
+            asker.start()
+        for version in range(2, 12):
+            publish_batch(settings.batch_store, vehicle_count=version + 2)
+            time.sleep(0.05)
+        done.set()
+        for asker in askers:
+            asker.join(timeout=30)
+    assert failures == []
+    assert len({version for version, _ in seen}) >= 5  # the swaps happened while requests ran
+    assert all(count == version + 2 for version, count in seen)  # no response mixes versions
