@@ -6,8 +6,9 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Annotated, Generic, TypeVar
 
-from pydantic import AfterValidator, BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field, PlainSerializer
 
+from shared.events import format_instant
 from shared.merge import Source
 
 
@@ -16,7 +17,12 @@ def _as_utc(moment: datetime) -> datetime:
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
-Instant = Annotated[datetime, AfterValidator(_as_utc)]
+Instant = Annotated[
+    datetime,
+    AfterValidator(_as_utc),
+    PlainSerializer(format_instant, return_type=str, when_used="json"),
+]
+"""A UTC instant, written as in the events and the speed store: ``2026-01-05T06:00:00.250Z``."""
 
 
 class BoothStatsRow(BaseModel):

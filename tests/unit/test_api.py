@@ -27,7 +27,7 @@ from serving.speed_tables import SpeedTables
 from shared.settings import Settings
 
 KEY = {"X-API-Key": "test-key"}
-DAY = {"from": "2026-01-05T00:00:00Z", "to": "2026-01-07T00:00:00Z"}
+DAY = {"from": "2026-01-05T00:00:00.000Z", "to": "2026-01-07T00:00:00.000Z"}
 
 
 def booth_row(booth: str, start: str, count: int, toll: str) -> dict[str, Any]:
@@ -130,35 +130,35 @@ def test_booth_stats_merge_batch_below_the_horizon_with_speed_from_it(client: Te
     response = client.get("/v1/booths/b1/stats", params=DAY, headers=KEY)
     assert response.status_code == 200
     body = response.json()
-    assert body["horizon"] == "2026-01-06T00:00:00Z"
+    assert body["horizon"] == "2026-01-06T00:00:00.000Z"
     assert body["batch_version"] == 1
-    assert body["speed_watermark"] == "2026-01-06T00:58:00Z"
+    assert body["speed_watermark"] == "2026-01-06T00:58:00.000Z"
     assert body["granularity"] == "5m"
     assert [(r["window_start"], r["vehicle_count"], r["total_toll"], r["source"]) for r in body["rows"]] == [
-        ("2026-01-05T23:50:00Z", 3, "7.50", "batch"),
-        ("2026-01-05T23:55:00Z", 1, "2.00", "batch"),
-        ("2026-01-06T00:00:00Z", 2, "5.00", "speed"),
-        ("2026-01-06T00:05:00Z", 4, "8.00", "speed"),
+        ("2026-01-05T23:50:00.000Z", 3, "7.50", "batch"),
+        ("2026-01-05T23:55:00.000Z", 1, "2.00", "batch"),
+        ("2026-01-06T00:00:00.000Z", 2, "5.00", "speed"),
+        ("2026-01-06T00:05:00.000Z", 4, "8.00", "speed"),
     ]  # fmt: skip
 
 
 def test_hourly_and_daily_roll_ups_come_after_the_merge(client: TestClient) -> None:
     hourly = client.get("/v1/booths/b1/stats", params={**DAY, "granularity": "1h"}, headers=KEY)
     assert [(r["window_start"], r["window_end"], r["vehicle_count"], r["source"]) for r in hourly.json()["rows"]] == [
-        ("2026-01-05T23:00:00Z", "2026-01-06T00:00:00Z", 4, "batch"),
-        ("2026-01-06T00:00:00Z", "2026-01-06T01:00:00Z", 6, "speed"),
+        ("2026-01-05T23:00:00.000Z", "2026-01-06T00:00:00.000Z", 4, "batch"),
+        ("2026-01-06T00:00:00.000Z", "2026-01-06T01:00:00.000Z", 6, "speed"),
     ]  # fmt: skip
     daily = client.get("/v1/stats", params={**DAY, "granularity": "1d"}, headers=KEY)
     assert [(r["booth_id"], r["window_start"], r["vehicle_count"], r["source"]) for r in daily.json()["rows"]] == [
-        ("b1", "2026-01-05T00:00:00Z", 4, "batch"), ("b1", "2026-01-06T00:00:00Z", 6, "speed"),
-        ("b2", "2026-01-05T00:00:00Z", 4, "batch"), ("b3", "2026-01-06T00:00:00Z", 5, "speed"),
+        ("b1", "2026-01-05T00:00:00.000Z", 4, "batch"), ("b1", "2026-01-06T00:00:00.000Z", 6, "speed"),
+        ("b2", "2026-01-05T00:00:00.000Z", 4, "batch"), ("b3", "2026-01-06T00:00:00.000Z", 5, "speed"),
     ]  # fmt: skip
 
 
 def test_all_booths_with_a_limit(client: TestClient) -> None:
     response = client.get("/v1/stats", params={**DAY, "limit": 2}, headers=KEY)
     assert [(r["booth_id"], r["window_start"]) for r in response.json()["rows"]] == [
-        ("b1", "2026-01-05T23:50:00Z"), ("b1", "2026-01-05T23:55:00Z"),
+        ("b1", "2026-01-05T23:50:00.000Z"), ("b1", "2026-01-05T23:55:00.000Z"),
     ]  # fmt: skip
 
 
@@ -171,18 +171,18 @@ def test_an_unknown_booth_is_404(client: TestClient) -> None:
 @pytest.mark.parametrize(
     ("params", "message"),
     [
-        ({"from": "yesterday", "to": "2026-01-07T00:00:00Z"}, "datetime"),
+        ({"from": "yesterday", "to": "2026-01-07T00:00:00.000Z"}, "datetime"),
         (
-            {"from": "2026-01-05T00:00:00", "to": "2026-01-07T00:00:00Z"},
+            {"from": "2026-01-05T00:00:00", "to": "2026-01-07T00:00:00.000Z"},
             "from must carry a time zone",
         ),
         (
-            {"from": "2026-01-07T00:00:00Z", "to": "2026-01-05T00:00:00Z"},
+            {"from": "2026-01-07T00:00:00.000Z", "to": "2026-01-05T00:00:00.000Z"},
             "from must not be after to",
         ),
         ({**DAY, "granularity": "2h"}, "'5m', '1h' or '1d'"),
         ({**DAY, "limit": "0"}, "greater than or equal to 1"),
-        ({"to": "2026-01-07T00:00:00Z"}, "Field required"),
+        ({"to": "2026-01-07T00:00:00.000Z"}, "Field required"),
     ],
 )
 def test_bad_parameters_are_422_with_a_message(
@@ -196,7 +196,7 @@ def test_bad_parameters_are_422_with_a_message(
 def test_vehicle_trips_alerts_and_diagnostics(client: TestClient) -> None:
     trips = client.get("/v1/vehicles/P1/trips", params=DAY, headers=KEY).json()["rows"]
     assert [(r["entry_time"], r["duration_seconds"], r["source"]) for r in trips] == [
-        ("2026-01-05T23:50:00Z", 1200.0, "batch"), ("2026-01-06T08:00:00Z", 300.0, "speed"),
+        ("2026-01-05T23:50:00.000Z", 1200.0, "batch"), ("2026-01-06T08:00:00.000Z", 300.0, "speed"),
     ]  # fmt: skip
     alerts = client.get(
         "/v1/alerts/expired-registrations", params={**DAY, "booth_id": "b2"}, headers=KEY
@@ -210,14 +210,14 @@ def test_vehicle_trips_alerts_and_diagnostics(client: TestClient) -> None:
     assert none_here.json()["rows"] == []
     diagnostics = client.get("/v1/diagnostics", params=DAY, headers=KEY).json()["rows"]
     assert diagnostics == [{
-        "booth_id": "b1", "window_start": "2026-01-05T23:50:00Z", "reason": "missing_exit",
+        "booth_id": "b1", "window_start": "2026-01-05T23:50:00.000Z", "reason": "missing_exit",
         "count": 1, "source": "batch",
     }]  # fmt: skip
 
 
 def test_status_health_and_metrics(client: TestClient) -> None:
     status = client.get("/v1/status", headers=KEY).json()
-    assert status["batch_version"] == 1 and status["horizon"] == "2026-01-06T00:00:00Z"
+    assert status["batch_version"] == 1 and status["horizon"] == "2026-01-06T00:00:00.000Z"
     assert status["batch_row_counts"]["booth_stats"] == 3
     assert status["speed_row_counts"]["booth_stats"] == 4
     assert client.get("/healthz").json() == {"status": "ok"}
