@@ -1,0 +1,222 @@
+"""Serving-layer load: a booth-day query at increasing request rates (a measurement, not a test).
+
+    .venv/bin/python benchmarks/serving_load.py [--rates 100,250,500,1000] [--seconds 10]
+
+Builds a populated batch store (one published version: 50 booths x 60 days of
+5-minute booth_stats = 864,000 rows, plus 1,000,000 vehicle_trips), starts its
+own broker (the API follows the speed store there) and `lambdaline serve` in a
+process group of its own, then sends `GET /v1/booths/{booth}/stats` for a random
+booth and day (288 rows) open-loop: at each rate, requests start on a fixed
+schedule whether or not earlier ones finished, and latency counts from the
+scheduled start (so a slow server cannot hide its queueing). It reports
+requests/s served, p50/p99 latency and errors per rate, and the same query run
+directly in DuckDB on the version file, so the server's own overhead (HTTP,
+validation, merge, JSON) is the difference.
+
+The load generator runs on the same 2 cores as the server. Everything it starts
+it stops, by pid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+
+import duckdb
+import httpx
+import pyarrow as pa
+
+from batch_layer.publish import empty_store_tables, publish_version
+from lambdaline.kafka_broker import ephemeral_broker, free_port
+from lambdaline.topics import create_topics
+from shared.batch_store import version_file
+
+BOOTHS, DAYS, FIRST_DAY = 50, 60, date(2026, 1, 1)
+API_KEY = "bench-key"
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def populate(store: Path) -> None:
+    """One published version with realistic table sizes (synthetic, seeded rows)."""
+    rng = random.Random(5)
+    windows = [
+        datetime.combine(FIRST_DAY, datetime.min.time()) + timedelta(minutes=5 * n)
+        for n in range(DAYS * 288)
+    ]
+    booths = [f"booth-{n:02d}" for n in range(BOOTHS)]
+    starts = [start for _ in booths for start in windows]
+    counts = [rng.randint(0, 40) for _ in starts]
+    stats = {
+        "booth_id": [booth for booth in booths for _ in windows],
+        "window_start": starts,
+        "window_end": [start + timedelta(minutes=5) for start in starts],
+        "vehicle_count": counts,
+        "total_toll": [None] * len(starts),
+        "first_entry_time": starts,
+        "last_entry_time": [start + timedelta(minutes=4) for start in starts],
+    }
+    fresh = empty_store_tables()
+    schema = fresh["booth_stats"].schema
+    stats["total_toll"] = pa.array([f"{c * 4.25:.2f}" for c in counts]).cast(
+        schema.field("total_toll").type
+    )
+    fresh["booth_stats"] = pa.Table.from_pydict(stats, schema=schema)
+    trips = 1_000_000
+    entry = [
+        windows[rng.randrange(len(windows))] + timedelta(seconds=rng.randrange(300))
+        for _ in range(trips)
+    ]
+    fresh["vehicle_trips"] = pa.Table.from_pydict(
+        {
+            "booth_id": [booths[rng.randrange(BOOTHS)] for _ in range(trips)],
+            "license_plate": [f"P{rng.randrange(200_000):06d}" for _ in range(trips)],
+            "entry_time": entry,
+            "exit_time": [t + timedelta(minutes=20) for t in entry],
+            "duration_seconds": [1200.0] * trips,
+        },
+        schema=fresh["vehicle_trips"].schema,
+    )
+    dates = [FIRST_DAY + timedelta(days=n) for n in range(DAYS)]
+    horizon = datetime.combine(dates[-1] + timedelta(days=1), datetime.min.time(), UTC)
+    publish_version(store, fresh, dates, horizon, ingest_batch=None, keep_versions=5)
+
+
+def booth_day(rng: random.Random) -> tuple[str, dict[str, str]]:
+    day = FIRST_DAY + timedelta(days=rng.randrange(DAYS))
+    return f"/v1/booths/booth-{rng.randrange(BOOTHS):02d}/stats", {
+        "from": f"{day.isoformat()}T00:00:00Z",
+        "to": f"{(day + timedelta(days=1)).isoformat()}T00:00:00Z",
+    }
+
+
+async def load(base_url: str, rate: float, seconds: float) -> tuple[list[float], int, float]:
+    """Open-loop load at `rate` requests/s; (latencies in s, errors, wall seconds)."""
+    rng = random.Random(int(rate))
+    latencies: list[float] = []
+    errors = 0
+    limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
+    async with httpx.AsyncClient(
+        base_url=base_url, headers={"X-API-Key": API_KEY}, limits=limits, timeout=30
+    ) as client:
+
+        async def one(scheduled: float) -> None:
+            nonlocal errors
+            path, params = booth_day(rng)
+            try:
+                response = await client.get(path, params=params)
+                if response.status_code != 200 or len(response.json()["rows"]) != 288:
+                    errors += 1
+            except httpx.HTTPError:
+                errors += 1
+            latencies.append(time.perf_counter() - scheduled)
+
+        started = time.perf_counter()
+        tasks = []
+        total = int(rate * seconds)
+        for n in range(total):
+            scheduled = started + n / rate
+            delay = scheduled - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one(scheduled)))
+        await asyncio.gather(*tasks)
+        return latencies, errors, time.perf_counter() - started
+
+
+def raw_duckdb(path: Path, repeats: int = 2000) -> list[float]:
+    """The booth-day query straight on the version file, as the server's queries read it."""
+    rng = random.Random(9)
+    timings = []
+    with duckdb.connect(str(path), read_only=True) as connection:
+        for _ in range(repeats):
+            day = datetime.combine(
+                FIRST_DAY + timedelta(days=rng.randrange(DAYS)), datetime.min.time()
+            )
+            cursor = connection.cursor()
+            started = time.perf_counter()
+            cursor.execute(
+                'SELECT * FROM "booth_stats" WHERE "window_start" >= ? AND "window_start" < ? '
+                'AND "booth_id" = ? AND "window_start" < ? ORDER BY "booth_id", "window_start"',
+                [
+                    day,
+                    day + timedelta(days=1),
+                    f"booth-{rng.randrange(BOOTHS):02d}",
+                    datetime(2100, 1, 1),
+                ],
+            ).fetchall()
+            timings.append(time.perf_counter() - started)
+            cursor.close()
+    return timings
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rates", default="100,250,500,1000")
+    parser.add_argument("--seconds", type=float, default=10.0)
+    args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+    with (
+        tempfile.TemporaryDirectory(prefix="lambdaline-bench-serving-") as state,
+        ephemeral_broker(Path(state)) as settings,
+    ):
+        create_topics(settings)
+        print("populating the batch store ...", flush=True)
+        populate(settings.batch_store)
+        port = free_port()
+        environment = {
+            **os.environ, "LAMBDALINE_STATE_DIR": str(settings.state_dir),
+            "LAMBDALINE_KAFKA_BOOTSTRAP": settings.kafka_bootstrap, "LAMBDALINE_API_KEYS": API_KEY,
+        }  # fmt: skip
+        server = subprocess.Popen(
+            [sys.executable, "-m", "lambdaline.cli", "serve", "--port", str(port)],
+            env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
+        try:
+            base_url = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    if httpx.get(f"{base_url}/readyz").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise SystemExit("the server did not become ready in 60 s")
+                time.sleep(0.3)
+            asyncio.run(load(base_url, 50, 2))  # warm up
+            print(
+                f"{'offered req/s':>14}{'served req/s':>14}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}"
+            )
+            for rate in (float(r) for r in args.rates.split(",")):
+                latencies, errors, wall = asyncio.run(load(base_url, rate, args.seconds))
+                p50, p99 = _percentile(latencies, 0.5), _percentile(latencies, 0.99)
+                print(
+                    f"{rate:>14,.0f}{len(latencies) / wall:>14,.0f}"
+                    f"{p50 * 1000:>9.1f}{p99 * 1000:>9.1f}{errors:>8}",
+                    flush=True,
+                )
+        finally:
+            os.killpg(server.pid, signal.SIGTERM)
+            server.wait(timeout=30)
+        raw = raw_duckdb(version_file(settings.batch_store, 1))
+        p50, p99 = _percentile(raw, 0.5) * 1000, _percentile(raw, 0.99) * 1000
+        print(f"raw DuckDB booth-day query (same SQL): p50 {p50:.2f} ms, p99 {p99:.2f} ms")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,183 @@
+"""Across the layers, through HTTP: merge(batch below H, speed from H) == batch over everything.
+
+One generated dataset without lateness (about 28 simulated hours from
+2026-01-05T06:00Z) goes through the real speed job (available-now) and a real
+batch run for 2026-01-05, so the horizon H is 2026-01-06T00:00Z. A real
+`lambdaline serve` process answers; its merged rows must equal a second batch
+run over all the data (its own master dataset and store), row for row, on every
+view. The closing booth (which only pushes the watermarks past the data) is
+left out.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import UTC, date, datetime
+from decimal import Decimal
+from typing import Any
+
+import duckdb
+import httpx
+import pytest
+from pyspark.sql import SparkSession
+from rich.console import Console
+
+from batch_layer.run import run_batch
+from lambdaline.generator import GeneratorConfig, send_to_kafka
+from lambdaline.kafka_broker import free_port
+from shared.batch_store import STORE_TABLE_BY_NAME, read_current, version_file
+from shared.settings import Settings
+from speed_layer import job
+from tests.integration.helpers import (
+    CLOSING_BOOTH,
+    close_the_day,
+    environment_of,
+    isolated_settings,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+KEY = {"X-API-Key": "serving-test-key"}
+EVERYTHING = {"from": "2026-01-01T00:00:00Z", "to": "2026-01-08T00:00:00Z", "limit": 100000}
+
+
+def batch(spark: SparkSession, settings: Settings, run_date: date) -> None:
+    run_batch(spark, settings, run_date, 2, console=Console(file=io.StringIO()))
+
+
+@pytest.fixture(scope="module")
+def layers(
+    kafka: Settings, spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Settings, Settings]:
+    """(served settings with H = 2026-01-06, settings whose batch covers all the data)."""
+    served = isolated_settings(kafka, tmp_path_factory.mktemp("served"))
+    served = served.model_copy(update={"api_keys": [KEY["X-API-Key"]]})
+    config = GeneratorConfig(
+        events=2500, seed=11, plates=400, traffic=0.025, late=0.0,
+        start=datetime(2026, 1, 5, 6, tzinfo=UTC),
+    )  # fmt: skip
+    send_to_kafka(config, served, workers=1)
+    close_the_day(served)
+    job.run(spark, served, available_now=True)
+    batch(spark, served, date(2026, 1, 5))
+    truth = served.model_copy(update={"state_dir": tmp_path_factory.mktemp("truth")})
+    batch(spark, truth, date(2026, 1, 7))
+    return served, truth
+
+
+@pytest.fixture(scope="module")
+def api(layers: tuple[Settings, Settings]) -> Iterator[httpx.Client]:
+    served, _ = layers
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "lambdaline.cli", "serve", "--port", str(port)],
+        env={**environment_of(served), "LAMBDALINE_API_KEYS": KEY["X-API-Key"]},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=KEY, timeout=30) as client:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    if client.get("/readyz").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert time.monotonic() < deadline, "the server never became ready"
+                assert server.poll() is None, "the server exited"
+                time.sleep(0.3)
+            yield client
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+
+
+def truth_rows(settings: Settings, view: str) -> list[dict[str, Any]]:
+    """The full batch's rows of a view in key order, shaped as the API writes them."""
+    current = read_current(settings.batch_store)
+    assert current is not None
+    table = STORE_TABLE_BY_NAME[view]
+    order = ", ".join(f'"{name}"' for name in table.key)
+    with duckdb.connect(
+        str(version_file(settings.batch_store, current.version)), read_only=True
+    ) as db:
+        cursor = db.execute(f'SELECT * FROM "{view}" ORDER BY {order}')
+        names = [column[0] for column in cursor.description]
+        rows = [dict(zip(names, values, strict=True)) for values in cursor.fetchall()]
+    shaped = []
+    for row in rows:
+        if row["booth_id"] == CLOSING_BOOTH:
+            continue
+        shaped.append({
+            name: (
+                value.replace(tzinfo=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+                if isinstance(value, datetime) else str(value) if isinstance(value, Decimal) else value
+            )
+            for name, value in row.items()
+        })  # fmt: skip
+    return shaped
+
+
+def served_rows(api: httpx.Client, path: str) -> tuple[list[dict[str, Any]], set[str]]:
+    response = api.get(path, params=EVERYTHING)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["horizon"] == "2026-01-06T00:00:00.000Z"
+    rows = [row for row in body["rows"] if row["booth_id"] != CLOSING_BOOTH]
+    return [{k: v for k, v in row.items() if k != "source"} for row in rows], {
+        row["source"] for row in rows
+    }
+
+
+@pytest.mark.parametrize(
+    ("view", "path"),
+    [
+        ("booth_stats", "/v1/stats"),
+        ("expired_registrations", "/v1/alerts/expired-registrations"),
+        ("diagnostics", "/v1/diagnostics"),
+    ],
+)
+def test_merged_views_equal_the_batch_over_everything(
+    layers: tuple[Settings, Settings], api: httpx.Client, view: str, path: str
+) -> None:
+    _, truth = layers
+    rows, sources = served_rows(api, path)
+    expected = truth_rows(truth, view)
+    assert len(expected) > 10
+    assert rows == expected
+    assert sources == {"batch", "speed"}  # both layers answered
+
+
+def test_merged_trips_of_every_vehicle_equal_the_batch(
+    layers: tuple[Settings, Settings], api: httpx.Client
+) -> None:
+    _, truth = layers
+    expected = truth_rows(truth, "vehicle_trips")
+    plates = sorted({row["license_plate"] for row in expected})
+    assert len(plates) > 50
+    served: list[dict[str, Any]] = []
+    sources: set[str] = set()
+    for plate in plates:
+        rows, seen = served_rows(api, f"/v1/vehicles/{plate}/trips")
+        served += rows
+        sources |= seen
+    key = STORE_TABLE_BY_NAME["vehicle_trips"].key
+    assert sorted(served, key=lambda r: tuple(r[k] for k in key)) == expected
+    assert sources == {"batch", "speed"}
+
+
+def test_status_names_the_served_version(
+    layers: tuple[Settings, Settings], api: httpx.Client
+) -> None:
+    status = api.get("/v1/status").json()
+    assert status["batch_version"] == 1
+    assert status["horizon"] == "2026-01-06T00:00:00.000Z"
+    assert status["speed_caught_up"] is True
+    assert status["speed_watermark"] is not None
+    assert status["speed_row_counts"]["booth_stats"] > 0
