@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from serving.batch_reader import BatchReader
-from serving.metrics import Metrics, install_latency_middleware
+from serving.metrics import LatencyMiddleware, Metrics
 from serving.metrics import router as metrics_router
 from serving.routers import alerts, booths, diagnostics, status, vehicles
 from serving.speed_consumer import SpeedConsumer
@@ -56,7 +56,7 @@ def create_app(
     app.state.speed_tables = tables
     app.state.speed_consumer = consumer
     app.state.metrics = Metrics()
-    install_latency_middleware(app, app.state.metrics)
+    app.add_middleware(LatencyMiddleware, metrics=app.state.metrics)
     for router in (booths.router, vehicles.router, alerts.router, diagnostics.router):
         app.include_router(router)
     app.include_router(status.router)

@@ -4,29 +4,26 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Depends, Query, Response
 
 from serving.deps import BatchDep, Limit, SpeedDep, TimeRangeDep, require_api_key
 from serving.models import ExpiredRegistrationRow, ViewResponse
 from serving.queries import ViewQuery, merged_rows
+from serving.responses import view_response
 
 router = APIRouter(prefix="/v1/alerts", tags=["alerts"], dependencies=[Depends(require_api_key)])
 
 
-@router.get("/expired-registrations")
+@router.get("/expired-registrations", response_model=ViewResponse[ExpiredRegistrationRow])
 def expired_registrations(
     time_range: TimeRangeDep,
     batch: BatchDep,
     speed: SpeedDep,
     booth_id: Annotated[str | None, Query(description="only this booth")] = None,
     limit: Limit = 1000,
-) -> ViewResponse[ExpiredRegistrationRow]:
+) -> Response:
     """Entries in [from, to) whose latest registration at entry time had expired."""
     filters = {"booth_id": booth_id} if booth_id is not None else {}
     query = ViewQuery("expired_registrations", time_range.start, time_range.end, filters, limit)
     merged = merged_rows(query, batch, speed)
-    return ViewResponse[ExpiredRegistrationRow](
-        horizon=merged.horizon, batch_version=merged.batch_version,
-        speed_watermark=speed.watermark,
-        rows=[ExpiredRegistrationRow.model_validate(row) for row in merged.rows],
-    )  # fmt: skip
+    return view_response(merged, speed.watermark)

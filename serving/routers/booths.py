@@ -5,11 +5,12 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, HTTPException, Query
+from fastapi import APIRouter, Depends, HTTPException, Query, Response
 
 from serving.deps import BatchDep, Limit, SettingsDep, SpeedDep, TimeRangeDep, require_api_key
 from serving.models import BoothStatsRow, Problem, ViewResponse
 from serving.queries import ViewQuery, booth_known, merged_rows
+from serving.responses import view_response
 
 router = APIRouter(prefix="/v1", tags=["booth stats"], dependencies=[Depends(require_api_key)])
 
@@ -26,7 +27,7 @@ def _stats(
     batch: BatchDep,
     speed: SpeedDep,
     settings: SettingsDep,
-) -> ViewResponse[BoothStatsRow]:
+) -> Response:
     size = GRANULARITIES[granularity]
     if size < settings.window or size % settings.window:
         raise HTTPException(
@@ -36,14 +37,16 @@ def _stats(
     filters = {"booth_id": booth_id} if booth_id is not None else {}
     query = ViewQuery("booth_stats", time_range.start, time_range.end, filters, limit)
     merged = merged_rows(query, batch, speed, roll_up_to=None if size == settings.window else size)
-    return ViewResponse[BoothStatsRow](
-        horizon=merged.horizon, batch_version=merged.batch_version,
-        speed_watermark=speed.watermark, granularity=granularity,
-        rows=[BoothStatsRow.model_validate(row) for row in merged.rows],
-    )  # fmt: skip
+    if booth_id is not None and not merged.rows and not booth_known(booth_id, batch, speed):
+        raise HTTPException(404, detail="booth not found")
+    return view_response(merged, speed.watermark, granularity)
 
 
-@router.get("/booths/{booth_id}/stats", responses={404: {"model": Problem}})
+@router.get(
+    "/booths/{booth_id}/stats",
+    response_model=ViewResponse[BoothStatsRow],
+    responses={404: {"model": Problem}},
+)
 def booth_stats(
     booth_id: str,
     time_range: TimeRangeDep,
@@ -52,14 +55,12 @@ def booth_stats(
     settings: SettingsDep,
     granularity: GranularityQuery = "5m",
     limit: Limit = 10_000,
-) -> ViewResponse[BoothStatsRow]:
+) -> Response:
     """Vehicles and tolls at one booth in [from, to), batch below the horizon, speed from it."""
-    if not booth_known(booth_id, batch, speed):
-        raise HTTPException(404, detail="booth not found")
     return _stats(booth_id, time_range, granularity, limit, batch, speed, settings)
 
 
-@router.get("/stats")
+@router.get("/stats", response_model=ViewResponse[BoothStatsRow])
 def all_booth_stats(
     time_range: TimeRangeDep,
     batch: BatchDep,
@@ -67,6 +68,6 @@ def all_booth_stats(
     settings: SettingsDep,
     granularity: GranularityQuery = "5m",
     limit: Limit = 10_000,
-) -> ViewResponse[BoothStatsRow]:
+) -> Response:
     """Vehicles and tolls at every booth in [from, to)."""
     return _stats(None, time_range, granularity, limit, batch, speed, settings)

@@ -2,24 +2,21 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Response
 
 from serving.deps import BatchDep, Limit, SpeedDep, TimeRangeDep, require_api_key
 from serving.models import DiagnosticRow, ViewResponse
 from serving.queries import ViewQuery, merged_rows
+from serving.responses import view_response
 
 router = APIRouter(prefix="/v1", tags=["diagnostics"], dependencies=[Depends(require_api_key)])
 
 
-@router.get("/diagnostics")
+@router.get("/diagnostics", response_model=ViewResponse[DiagnosticRow])
 def diagnostics(
     time_range: TimeRangeDep, batch: BatchDep, speed: SpeedDep, limit: Limit = 10_000
-) -> ViewResponse[DiagnosticRow]:
+) -> Response:
     """Counts of entries in [from, to) missing an exit (within max_trip) or a registration."""
     query = ViewQuery("diagnostics", time_range.start, time_range.end, {}, limit)
     merged = merged_rows(query, batch, speed)
-    return ViewResponse[DiagnosticRow](
-        horizon=merged.horizon, batch_version=merged.batch_version,
-        speed_watermark=speed.watermark,
-        rows=[DiagnosticRow.model_validate(row) for row in merged.rows],
-    )  # fmt: skip
+    return view_response(merged, speed.watermark)

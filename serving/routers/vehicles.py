@@ -2,30 +2,27 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Response
 
 from serving.deps import BatchDep, Limit, SpeedDep, TimeRangeDep, require_api_key
 from serving.models import VehicleTripRow, ViewResponse
 from serving.queries import ViewQuery, merged_rows
+from serving.responses import view_response
 
 router = APIRouter(prefix="/v1", tags=["vehicles"], dependencies=[Depends(require_api_key)])
 
 
-@router.get("/vehicles/{license_plate}/trips")
+@router.get("/vehicles/{license_plate}/trips", response_model=ViewResponse[VehicleTripRow])
 def vehicle_trips(
     license_plate: str,
     time_range: TimeRangeDep,
     batch: BatchDep,
     speed: SpeedDep,
     limit: Limit = 1000,
-) -> ViewResponse[VehicleTripRow]:
+) -> Response:
     """Trips of one vehicle entering in [from, to): entry joined to its earliest exit."""
     query = ViewQuery(
         "vehicle_trips", time_range.start, time_range.end, {"license_plate": license_plate}, limit
     )
     merged = merged_rows(query, batch, speed)
-    return ViewResponse[VehicleTripRow](
-        horizon=merged.horizon, batch_version=merged.batch_version,
-        speed_watermark=speed.watermark,
-        rows=[VehicleTripRow.model_validate(row) for row in merged.rows],
-    )  # fmt: skip
+    return view_response(merged, speed.watermark)

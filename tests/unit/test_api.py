@@ -23,6 +23,7 @@ from batch_layer.publish import empty_store_tables, publish_version
 from serving.batch_reader import BatchReader
 from serving.deps import speed_consumer
 from serving.main import create_app
+from serving.models import BoothStatsRow, ViewResponse
 from serving.speed_tables import SpeedTables
 from shared.settings import Settings
 
@@ -134,6 +135,7 @@ def test_booth_stats_merge_batch_below_the_horizon_with_speed_from_it(client: Te
     assert body["batch_version"] == 1
     assert body["speed_watermark"] == "2026-01-06T00:58:00.000Z"
     assert body["granularity"] == "5m"
+    ViewResponse[BoothStatsRow].model_validate_json(response.text)  # the body is what /docs says
     assert [(r["window_start"], r["vehicle_count"], r["total_toll"], r["source"]) for r in body["rows"]] == [
         ("2026-01-05T23:50:00.000Z", 3, "7.50", "batch"),
         ("2026-01-05T23:55:00.000Z", 1, "2.00", "batch"),
