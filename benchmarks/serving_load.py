@@ -186,6 +186,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rates", default="100,250,500,1000")
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
@@ -202,7 +203,8 @@ def main() -> None:
             "LAMBDALINE_KAFKA_BOOTSTRAP": settings.kafka_bootstrap, "LAMBDALINE_API_KEYS": API_KEY,
         }  # fmt: skip
         server = subprocess.Popen(
-            [sys.executable, "-m", "lambdaline.cli", "serve", "--port", str(port)],
+            [sys.executable, "-m", "lambdaline.cli", "serve", "--port", str(port),
+             "--workers", str(args.workers)],
             env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             start_new_session=True,
         )  # fmt: skip

@@ -1,9 +1,15 @@
-"""Dependencies of the endpoints: settings, the two stores, the API key, the time range."""
+"""Dependencies of the endpoints: settings, the two stores, the API key, the time range.
+
+They do no blocking I/O, so they are ``async``: FastAPI runs them on the event
+loop instead of handing each to the thread pool (a thread hop per dependency
+per request). The endpoints, which query DuckDB, stay plain functions and run
+in the thread pool.
+"""
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Annotated
 
@@ -15,7 +21,7 @@ from serving.speed_tables import SpeedTables
 from shared.settings import Settings
 
 
-def app_settings(request: Request) -> Settings:
+async def app_settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
 
@@ -23,24 +29,24 @@ def app_settings(request: Request) -> Settings:
 SettingsDep = Annotated[Settings, Depends(app_settings)]
 
 
-def batch_reader(request: Request) -> BatchReader:
+async def batch_reader(request: Request) -> BatchReader:
     reader: BatchReader = request.app.state.batch_reader
     return reader
 
 
-def batch_snapshot(
-    reader: Annotated[BatchReader, Depends(batch_reader)],
-) -> Iterator[BatchSnapshot | None]:
+BatchReaderDep = Annotated[BatchReader, Depends(batch_reader)]
+
+
+async def batch_snapshot(reader: BatchReaderDep) -> AsyncIterator[BatchSnapshot | None]:
     """The batch version current when the request started, held until it ends."""
     with reader.snapshot() as snapshot:
         yield snapshot
 
 
-BatchReaderDep = Annotated[BatchReader, Depends(batch_reader)]
 BatchDep = Annotated[BatchSnapshot | None, Depends(batch_snapshot)]
 
 
-def speed_tables(request: Request) -> SpeedTables:
+async def speed_tables(request: Request) -> SpeedTables:
     tables: SpeedTables = request.app.state.speed_tables
     return tables
 
@@ -48,7 +54,7 @@ def speed_tables(request: Request) -> SpeedTables:
 SpeedDep = Annotated[SpeedTables, Depends(speed_tables)]
 
 
-def speed_consumer(request: Request) -> SpeedConsumer | None:
+async def speed_consumer(request: Request) -> SpeedConsumer | None:
     consumer: SpeedConsumer | None = request.app.state.speed_consumer
     return consumer
 
@@ -56,7 +62,7 @@ def speed_consumer(request: Request) -> SpeedConsumer | None:
 SpeedConsumerDep = Annotated[SpeedConsumer | None, Depends(speed_consumer)]
 
 
-def require_api_key(
+async def require_api_key(
     settings: SettingsDep,
     x_api_key: Annotated[str | None, Header(description="one of LAMBDALINE_API_KEYS")] = None,
 ) -> None:

@@ -86,12 +86,16 @@ def merged_rows(
     horizon = batch.version.horizon if batch is not None else None
     boundary = naive_utc(horizon) if horizon is not None else datetime.min
     limit = [query.limit] if query.limit is not None else []
+    # each store is asked only for its side of the horizon, and not at all if the
+    # range lies wholly on the other side (the merge would drop those rows anyway)
     batch_rows: list[Row] = []
-    if batch is not None:
+    if batch is not None and horizon is not None and query.start < horizon:
         text, params = query.sql("batch")
         batch_rows = _fetch(batch.cursor(), text, [*params, boundary, *limit])
-    text, params = query.sql("speed")
-    speed_rows = _fetch(speed.cursor(), text, [*params, boundary, *limit])
+    speed_rows: list[Row] = []
+    if horizon is None or query.end > horizon:
+        text, params = query.sql("speed")
+        speed_rows = _fetch(speed.cursor(), text, [*params, boundary, *limit])
     rows = merge_at_horizon(
         batch_rows, speed_rows, boundary if horizon is not None else None, query.time_column
     )
