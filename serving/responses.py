@@ -18,13 +18,12 @@ from typing import Any
 from fastapi import Response
 
 from serving.queries import Merged
+from shared.events import format_instant
 
 
 def _instant(moment: datetime) -> str:
     """ISO-8601 UTC with milliseconds; zone-less values are UTC (as both stores hold them)."""
-    if moment.tzinfo is not None:
-        moment = moment.astimezone(UTC).replace(tzinfo=None)
-    return moment.isoformat(timespec="milliseconds") + "Z"
+    return format_instant(moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC))
 
 
 def _json_value(value: Any) -> Any:

@@ -13,19 +13,20 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
 import duckdb
 
 from shared.batch_store import STORE_TABLE_BY_NAME, StoreTable
+from shared.events import parse_instant
 from shared.topics import VIEW_NAMES
 
 
-def parse_instant(text: str) -> datetime:
-    """An ISO-8601 instant as a zone-less UTC datetime."""
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC).replace(tzinfo=None)
+def stored_instant(text: str) -> datetime:
+    """An ISO-8601 instant as the stores hold it: a zone-less UTC datetime."""
+    return parse_instant(text).replace(tzinfo=None)
 
 
 def _speed_ddl(table: StoreTable) -> str:
@@ -39,7 +40,7 @@ def _typed(table: StoreTable, value: Mapping[str, Any]) -> list[Any]:
     for name, sql_type in table.columns:
         field = value[name]
         if sql_type.startswith("TIMESTAMP"):
-            field = parse_instant(field)
+            field = stored_instant(field)
         elif sql_type.startswith("DECIMAL"):
             field = Decimal(str(field))
         row.append(field)
@@ -86,8 +87,8 @@ class SpeedTables:
         """Record a query's event-time watermark from a ``speed.progress`` record."""
         progress = json.loads(raw)
         watermark = progress.get("watermark")
-        if watermark and parse_instant(watermark) > datetime(1970, 1, 1):  # 0: no data yet
-            self.watermarks[str(progress["query"])] = parse_instant(watermark)
+        if watermark and stored_instant(watermark) > datetime(1970, 1, 1):  # 0: no data yet
+            self.watermarks[str(progress["query"])] = stored_instant(watermark)
 
     @property
     def watermark(self) -> datetime | None:

@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any
+
+from shared.events import format_instant, parse_instant
 
 
 @dataclass(frozen=True)
@@ -116,14 +118,6 @@ POINTER_FILE = "CURRENT"
 VERSIONS_DIR = "versions"
 
 
-def _instant(value: datetime) -> str:
-    return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def _parse_instant(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
-
-
 @dataclass(frozen=True)
 class BatchVersion:
     """One published version: what ``CURRENT`` holds while it is served.
@@ -150,8 +144,8 @@ class BatchVersion:
         document: dict[str, Any] = {
             "version": self.version,
             "path": self.path,
-            "horizon": _instant(self.horizon),
-            "created_at": _instant(self.created_at),
+            "horizon": format_instant(self.horizon),
+            "created_at": format_instant(self.created_at),
             "dates": [day.isoformat() for day in self.dates],
             "recomputed_dates": [day.isoformat() for day in self.recomputed_dates],
             "row_counts": self.row_counts,
@@ -165,8 +159,8 @@ class BatchVersion:
         return cls(
             version=int(document["version"]),
             path=str(document["path"]),
-            horizon=_parse_instant(document["horizon"]),
-            created_at=_parse_instant(document["created_at"]),
+            horizon=parse_instant(document["horizon"]),
+            created_at=parse_instant(document["created_at"]),
             dates=tuple(date.fromisoformat(day) for day in document["dates"]),
             recomputed_dates=tuple(date.fromisoformat(day) for day in document["recomputed_dates"]),
             row_counts={str(name): int(count) for name, count in document["row_counts"].items()},

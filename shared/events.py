@@ -188,6 +188,14 @@ def format_instant(instant: datetime) -> str:
     return instant.isoformat(timespec="milliseconds")[:-6] + "Z"  # "+00:00" -> "Z"
 
 
+def parse_instant(text: str) -> datetime:
+    """An ISO-8601 instant with a zone (``Z`` or an offset), as an aware UTC datetime."""
+    parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if parsed.tzinfo is None:
+        raise ValueError(f"{text!r} has no time zone")
+    return parsed.astimezone(UTC)
+
+
 def _money_to_wire(amount: Decimal) -> float:
     return float(amount)  # two decimal places print exactly as a float
 
