@@ -99,6 +99,13 @@ class SpeedConsumer:
                         self.tables.apply(view, ((r.key, r.value) for r in records))
                     self._positions[partition] = records[-1].offset + 1
                     self.records_read += len(records)
+                if not self.caught_up.is_set():
+                    # the consumer's own position: a partition whose records retention
+                    # deleted (or compaction thinned) starts at its end, not at 0
+                    for partition in partitions:
+                        self._positions[partition] = max(
+                            self._positions.get(partition, 0), consumer.position(partition)
+                        )
                 if not self.caught_up.is_set() and self.lag == 0:
                     self.caught_up.set()
                     log_event(logger, "speed_store_caught_up", records=self.records_read)
