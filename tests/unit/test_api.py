@@ -21,7 +21,7 @@ from fastapi.testclient import TestClient
 
 from batch_layer.publish import empty_store_tables, publish_version
 from serving.batch_reader import BatchReader
-from serving.deps import speed_consumer
+from serving.deps import app_settings, speed_consumer, speed_tables
 from serving.main import create_app
 from serving.models import BoothStatsRow, ViewResponse
 from serving.speed_tables import SpeedTables
@@ -111,11 +111,14 @@ class CaughtUp:
 
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[TestClient]:
+    """The app with its settings and speed store replaced through dependency overrides."""
     settings = Settings(state_dir=tmp_path, api_keys=["test-key"])
     publish_batch(settings.batch_store)
     tables = SpeedTables()
     fill_speed(tables)
-    app = create_app(settings, BatchReader(settings.batch_store, poll_s=0.05), tables, False)
+    app = create_app(Settings(state_dir=tmp_path), follow_kafka=False)
+    app.dependency_overrides[app_settings] = lambda: settings
+    app.dependency_overrides[speed_tables] = lambda: tables
     with TestClient(app) as test_client:
         yield test_client
 
