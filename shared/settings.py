@@ -22,6 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any
 
+import pydantic_settings
 from croniter import croniter
 from pydantic import BaseModel, BeforeValidator, Field, ValidationError, field_validator
 from pydantic_settings import (
@@ -141,6 +142,11 @@ class Settings(BaseSettings):
     )
     spark_driver_memory: str = Field("2g", pattern=r"^\d+[kmgKMG]$")
     spark_shuffle_partitions: int = Field(2, ge=1, description="spark.sql.shuffle.partitions")
+    spark_conf: dict[str, str] = Field(
+        default_factory=dict,
+        description="extra Spark configuration for both layers, e.g. "
+        'LAMBDALINE_SPARK_CONF=\'{"spark.scheduler.mode": "FAIR"}\' (spark-submit: use --conf)',
+    )
     speed_trigger: Duration = Field(
         timedelta(seconds=1), description="micro-batch interval of the continuous speed job"
     )
@@ -286,3 +292,9 @@ def get_settings() -> Settings:
         return Settings()
     except ValidationError as error:
         raise SettingsError(describe_validation_error(error)) from None
+    except pydantic_settings.SettingsError as error:  # a value that is not valid JSON
+        match = re.search(r'field "([^"]+)"', str(error))
+        name = match.group(1) if match else "?"
+        raise SettingsError(
+            f"invalid setting {name} (LAMBDALINE_{name.upper()}): not valid JSON ({error})"
+        ) from None

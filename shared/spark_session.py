@@ -48,7 +48,7 @@ def spark_session(
             .config("spark.jars", jars)
             .config("spark.driver.memory", settings.spark_driver_memory)
         )
-    for key, value in (extra_config or {}).items():
+    for key, value in {**settings.spark_conf, **(extra_config or {})}.items():
         builder = builder.config(key, value)
     sql_settings = {
         "spark.ui.showConsoleProgress": "false",

@@ -97,3 +97,14 @@ def test_master_and_batch_store_default_under_the_state_dir(tmp_path: Path) -> N
     assert settings.batch_store == tmp_path / "batch"
     moved = Settings(state_dir=tmp_path, master_dir="hdfs://namenode:8020/lambdaline/master/")
     assert moved.master_location == "hdfs://namenode:8020/lambdaline/master"
+
+
+def test_extra_spark_conf_is_json_and_a_bad_value_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LAMBDALINE_SPARK_CONF", '{"spark.scheduler.mode": "FAIR"}')
+    assert get_settings().spark_conf == {"spark.scheduler.mode": "FAIR"}
+    get_settings.cache_clear()
+    monkeypatch.setenv("LAMBDALINE_SPARK_CONF", "FAIR")
+    with pytest.raises(
+        SettingsError, match=r"invalid setting spark_conf \(LAMBDALINE_SPARK_CONF\): not valid JSON"
+    ):
+        get_settings()
