@@ -196,11 +196,23 @@ def _log_tail(paths: BrokerPaths, lines: int = 20) -> str:
         return "(no log)"
 
 
+def new_cluster_id() -> str:
+    """A random KRaft cluster id, as Kafka's own ``Uuid.randomUuid`` makes them.
+
+    URL-safe base64 of 16 random bytes, never starting with ``-``: the storage
+    tool would read such an id as an option (1 start in 64 did, before this).
+    """
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
 def _format_storage(settings: Settings, paths: BrokerPaths) -> None:
     """Format the KRaft log dir once; a formatted dir keeps its data and cluster id."""
     if (paths.data / "meta.properties").exists():
         return
-    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    cluster_id = new_cluster_id()
     command = [
         _java(), f"-Xmx{settings.kafka_heap}", "-cp", _classpath(settings), _STORAGE_TOOL,
         "format", "-t", cluster_id, "-c", str(paths.config.resolve()),

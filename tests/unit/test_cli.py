@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from lambdaline.cli import app
-from lambdaline.kafka_broker import free_port
+from lambdaline.kafka_broker import free_port, new_cluster_id
 from shared.jvm import JarResolutionError, JvmProfile, resolve_jars
 from shared.settings import Settings
 
@@ -144,3 +144,9 @@ def test_layers_name_an_unreachable_kafka_before_starting_spark(
     assert result.exit_code == 1
     assert "cannot reach Kafka at 127.0.0.1:" in result.output
     assert "lambdaline kafka start" in result.output
+
+
+def test_cluster_ids_never_look_like_an_option() -> None:
+    ids = [new_cluster_id() for _ in range(5000)]
+    assert all(len(cluster_id) == 22 and not cluster_id.startswith("-") for cluster_id in ids)
+    assert len(set(ids)) == len(ids)
