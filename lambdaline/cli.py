@@ -25,7 +25,7 @@ from lambdaline import generator as event_generator
 from lambdaline import kafka_broker
 from lambdaline.topics import create_topics
 from serving.cli import serve
-from shared.events import format_instant
+from shared.events import format_instant, parse_instant
 from shared.jvm import JarResolutionError, JvmProfile, resolve_jars
 from shared.settings import Settings, SettingsError, get_settings, parse_duration
 from speed_layer.cli import speed_app
@@ -162,12 +162,9 @@ def topics_create() -> None:
 
 def _instant(value: str) -> datetime:
     try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+        return parse_instant(value)
     except ValueError:
-        raise typer.BadParameter(f"{value!r} is not an ISO-8601 instant") from None
-    if parsed.tzinfo is None:
-        raise typer.BadParameter(f"{value!r} has no time zone; add Z for UTC")
-    return parsed.astimezone(UTC)
+        raise typer.BadParameter(f"{value!r}: not an instant with a time zone") from None
 
 
 def _duration(text: str, option: str) -> timedelta:
