@@ -6,10 +6,15 @@ down, and every run starts with fresh memory, as under cron or Airflow. Runs
 never overlap: the scheduler waits for one to finish before it looks for the
 next time, skipping (and logging) the times a long run has overtaken, and the
 batch store's run lock keeps out runs started elsewhere.
+
+The clock is pluggable: ``lambdaline demo`` drives the same scheduler from its
+simulated clock (``speedup`` simulated seconds per real second) and names the
+run's ``--date`` from the simulated time that is due.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -19,6 +24,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from types import FrameType
 
 from croniter import croniter
@@ -28,6 +34,9 @@ from shared.logs import log_event
 logger = logging.getLogger("lambdaline.batch")
 
 BATCH_RUN_COMMAND: tuple[str, ...] = (sys.executable, "-m", "lambdaline.cli", "batch", "run")
+
+Command = Sequence[str] | Callable[[datetime], Sequence[str]]
+"""A fixed command, or one built from the scheduled time that is due."""
 
 
 def next_run_after(cron: str, moment: datetime) -> datetime:
@@ -41,15 +50,21 @@ class Scheduler:
     def __init__(
         self,
         cron: str,
-        command: Sequence[str] = BATCH_RUN_COMMAND,
+        command: Command = BATCH_RUN_COMMAND,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        speedup: float = 1.0,
+        output: Path | None = None,
     ):
+        """``speedup``: clock seconds per real second; ``output``: where runs write (append)."""
         self.cron = cron
-        self.command = list(command)
+        self.command = command
         self.clock = clock
+        self.speedup = speedup
+        self.output = output
         self.stopped = threading.Event()
         self.running: subprocess.Popen[bytes] | None = None
         self.runs = 0
+        self.last_exit_code: int | None = None
 
     def stop(self) -> None:
         """Stop waiting, and stop the run in progress (its whole process group)."""
@@ -58,18 +73,32 @@ class Scheduler:
         if child is not None and child.poll() is None:
             os.killpg(child.pid, signal.SIGTERM)
 
-    def run_once(self) -> int:
+    def command_for(self, due: datetime) -> list[str]:
+        return list(self.command(due) if callable(self.command) else self.command)
+
+    def run_once(self, due: datetime | None = None) -> int:
+        command = self.command_for(due or self.clock())
         started = time.monotonic()
-        log_event(logger, "batch_schedule_run", command=self.command)
-        self.running = subprocess.Popen(self.command, start_new_session=True)
-        try:
-            code = self.running.wait()
-        finally:
-            if self.running.poll() is None:
-                os.killpg(self.running.pid, signal.SIGKILL)
+        log_event(logger, "batch_schedule_run", command=command)
+        with contextlib.ExitStack() as stack:
+            sink = None
+            if self.output is not None:
+                sink = stack.enter_context(self.output.open("ab"))
+            self.running = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stdout=sink, stderr=sink,
+                start_new_session=True,
+            )  # fmt: skip
+            if self.stopped.is_set():  # stop() came while the run was starting
+                os.killpg(self.running.pid, signal.SIGTERM)
+            try:
+                code = self.running.wait()
+            finally:
+                with contextlib.suppress(ProcessLookupError):  # anything the run left behind
+                    os.killpg(self.running.pid, signal.SIGKILL)
                 self.running.wait()
-            self.running = None
+                self.running = None
         self.runs += 1
+        self.last_exit_code = code
         log_event(
             logger, "batch_schedule_run_finished", exit_code=code,
             seconds=round(time.monotonic() - started, 3),
@@ -82,9 +111,9 @@ class Scheduler:
             now = self.clock()
             due = next_run_after(self.cron, now)
             log_event(logger, "batch_schedule_next", cron=self.cron, at=due.isoformat())
-            if self.stopped.wait(max(0.0, (due - now).total_seconds())):
+            if self.stopped.wait(max(0.0, (due - now).total_seconds() / self.speedup)):
                 break
-            self.run_once()
+            self.run_once(due)
             missed = next_run_after(self.cron, due)
             if missed < self.clock():
                 log_event(logger, "batch_schedule_skipped", overtaken_from=missed.isoformat())

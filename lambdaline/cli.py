@@ -7,11 +7,9 @@ setting stops the command with exit code 2 and a line naming the setting.
 from __future__ import annotations
 
 import contextlib
-import signal
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from types import FrameType
 from typing import Annotated, Any
 
 import typer
@@ -21,6 +19,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from batch_layer.cli import batch_app
+from lambdaline import demo as demo_app
 from lambdaline import generator as event_generator
 from lambdaline import kafka_broker
 from lambdaline.topics import create_topics
@@ -297,48 +296,27 @@ def _run_generator(
         return event_generator.send_to_kafka(config, settings, workers, advance)
 
 
-# --- demo (grows with the speed, batch and serving layers) -----------------------
+# --- demo -------------------------------------------------------------------------------
 
 
 @app.command()
 def demo(
-    events: Annotated[int, typer.Option(min=1, help="entries to stream")] = 200_000,
-    rate: Annotated[float, typer.Option(min=0, help="records/s")] = 5_000.0,
+    port: Annotated[int, typer.Option(min=1, max=65535, help="port of the API")] = 8000,
+    host: Annotated[str, typer.Option(help="interface the API listens on")] = "127.0.0.1",
+    fresh: Annotated[
+        bool, typer.Option("--fresh", help="delete the demo's earlier state and begin anew")
+    ] = False,
 ) -> None:
-    """Start the broker, create the topics and stream generated events; Ctrl-C stops it all.
-
-    Stops what it started, by pid: the broker only if this command started it.
-    """
+    """Run the whole Lambda system in simulated time until Ctrl-C: broker, generator,
+    speed job, batch schedule and API. Ctrl-C stops every process it started, by pid."""
     settings = _settings()
-
-    def interrupt(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, interrupt)
     with _clear_errors():
-        started_broker = not kafka_broker.status(settings).running
-        with console.status(f"starting Kafka on {settings.kafka_bootstrap}"):
-            kafka_broker.start(settings)
         try:
-            created = [o.spec.name for o in create_topics(settings) if o.created]
-            out.print(
-                f"kafka on {settings.kafka_bootstrap}; topics created: {created or 'none new'}"
-            )
-            config = event_generator.GeneratorConfig(
-                events=events,
-                start=datetime.now(UTC).replace(microsecond=0),
-                rate=rate,
-            )
-            out.print(f"streaming {events:,} entries at up to {rate:,.0f} records/s (Ctrl-C stops)")
-            summary = _run_generator(config, settings, None, None)
-            _print_summary(summary, settings.kafka_bootstrap)
-        except KeyboardInterrupt:
-            console.print("interrupted")
-        finally:
-            if started_broker:
-                with console.status("stopping Kafka"):
-                    pid = kafka_broker.stop(settings)
-                out.print(f"kafka stopped (pid {pid})")
+            code = demo_app.run(settings, host, port, fresh, console)
+        except demo_app.DemoError as error:
+            console.print(f"[red]error:[/red] {error}", highlight=False)
+            raise typer.Exit(1) from None
+    raise typer.Exit(code)
 
 
 def main() -> None:

@@ -10,12 +10,12 @@ import json
 import logging
 import sys
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TextIO
 
 
-def configure_logging(level: int = logging.INFO) -> None:
-    """Send lambdaline's loggers to stderr as plain lines (the JSON is the message)."""
-    handler = logging.StreamHandler(sys.stderr)
+def configure_logging(level: int = logging.INFO, stream: TextIO | None = None) -> None:
+    """Send lambdaline's loggers to stderr (or ``stream``), one plain line per JSON message."""
+    handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(logging.Formatter("%(message)s"))
     root = logging.getLogger("lambdaline")
     root.handlers[:] = [handler]

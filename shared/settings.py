@@ -174,6 +174,22 @@ class Settings(BaseSettings):
         1_000_000, ge=1, description="Kafka records per ingest micro-batch (none = all at once)"
     )
 
+    # --- demo ------------------------------------------------------------------
+    demo_speedup: float = Field(
+        288.0,
+        gt=0,
+        description="simulated seconds per real second in `lambdaline demo` "
+        "(288: a simulated day every 5 minutes)",
+    )
+    demo_traffic: float = Field(
+        0.1, gt=0, description="entries per simulated second in `lambdaline demo`"
+    )
+    demo_batch_cron: str = Field(
+        "0 1 * * *",
+        description="when `lambdaline demo` runs the batch, on the simulated "
+        "clock, for the simulated day before (01:00 leaves max_trip for the last exits)",
+    )
+
     # --- serving -------------------------------------------------------------
     api_keys: Annotated[list[str], NoDecode, BeforeValidator(_split_commas)] = Field(
         default_factory=list, description="accepted X-API-Key values, comma-separated"
@@ -208,7 +224,7 @@ class Settings(BaseSettings):
             raise ValueError("must divide a day evenly (e.g. 1m, 5m, 15m, 1h)")
         return value
 
-    @field_validator("batch_cron")
+    @field_validator("batch_cron", "demo_batch_cron")
     @classmethod
     def _valid_cron(cls, value: str) -> str:
         if not croniter.is_valid(value):

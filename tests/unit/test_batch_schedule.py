@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from batch_layer.schedule import Scheduler, next_run_after
 
@@ -25,10 +26,10 @@ def test_runs_never_overlap_and_each_waits_for_its_time() -> None:
     started: list[float] = []
     original = scheduler.run_once
 
-    def recorded() -> int:
+    def recorded(due: datetime | None = None) -> int:
         started.append(time.monotonic())
         assert scheduler.running is None  # the previous run has finished
-        return original()
+        return original(due)
 
     scheduler.run_once = recorded  # type: ignore[method-assign]
     scheduler.serve(max_runs=2)
@@ -51,3 +52,21 @@ def test_stop_ends_the_run_in_progress() -> None:
     worker.join(timeout=10)
     assert not worker.is_alive()
     assert child.returncode is not None and child.returncode != 0
+
+
+def test_a_simulated_clock_paces_the_runs_and_names_their_time(tmp_path: Path) -> None:
+    # an hour of simulated time per real second; an hourly cron runs about once a second,
+    # and each run's command is built from the simulated time that was due
+    origin, began = datetime(2026, 3, 1, 22, 59, 30, tzinfo=UTC), time.monotonic()
+    output = tmp_path / "runs.log"
+    scheduler = Scheduler(
+        "0 * * * *",
+        command=lambda due: [sys.executable, "-c", f"print({due.isoformat()!r})"],
+        clock=lambda: origin + timedelta(seconds=(time.monotonic() - began) * 3600),
+        speedup=3600,
+        output=output,
+    )
+    scheduler.serve(max_runs=2)
+    assert output.read_text().split() == ["2026-03-01T23:00:00+00:00", "2026-03-02T00:00:00+00:00"]
+    assert scheduler.last_exit_code == 0
+    assert time.monotonic() - began < 10

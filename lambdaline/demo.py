@@ -1,0 +1,487 @@
+"""``lambdaline demo``: the whole Lambda system on one machine, in simulated time.
+
+One command starts, each as a process of its own (its own session, so the
+terminal's Ctrl-C reaches only the demo, which then stops them in order):
+
+* the embedded Kafka broker (unless one already runs) and the topics;
+* the speed job (``lambdaline speed run``, continuous);
+* the generator (``lambdaline generate --speedup``): ``demo_speedup`` simulated
+  seconds per real second, so a simulated day passes in minutes;
+* the batch scheduler: the batch layer's own :class:`Scheduler`, driven by the
+  simulated clock, runs ``lambdaline batch run --date <the simulated day before>``
+  at ``demo_batch_cron`` simulated time (01:00: an hour after midnight, so the
+  last exits of the day are in);
+* the API (``lambdaline serve``), with the key from ``LAMBDALINE_API_KEYS`` or one
+  generated and kept in the demo's state.
+
+The simulated clock, the generated key and the seed live in
+``<state_dir>/demo/demo.json``; a restart continues the simulation where it
+stopped, on the same checkpoints, master dataset and batch versions, unless
+``--fresh``. Every child is stopped by its pid (SIGTERM to the leader, which
+stops cleanly, then SIGKILL to its process group so no JVM or worker outlives
+it); a second Ctrl-C skips the grace periods but still stops everything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from kafka import KafkaConsumer, TopicPartition
+from rich.console import Console
+from rich.live import Live
+from rich.text import Text
+
+from batch_layer.schedule import Scheduler, next_run_after
+from lambdaline import kafka_broker
+from lambdaline.topics import create_topics
+from shared.events import format_instant, parse_instant
+from shared.kafka_admin import port_open
+from shared.logs import configure_logging, log_event
+from shared.settings import Settings
+
+logger = logging.getLogger("lambdaline.demo")
+
+CLI: tuple[str, ...] = (sys.executable, "-m", "lambdaline.cli")
+DEMO_PLATES = 2000
+GENERATOR_WARM_UP_S = 2.0
+"""About how long the generator takes from spawn to its first paced send."""
+STOP_GRACE_S = 20.0
+
+
+class DemoError(RuntimeError):
+    """The demo cannot start or a part of it died; the message says which and where to look."""
+
+
+# --- simulated time and the demo's own state ------------------------------------
+
+
+@dataclass(frozen=True)
+class SimClock:
+    """Simulated time: ``origin`` at wall time ``wall_origin``, ``speedup`` times faster."""
+
+    origin: datetime
+    wall_origin: float
+    speedup: float
+
+    def now(self) -> datetime:
+        elapsed = max(0.0, time.time() - self.wall_origin)
+        return self.origin + timedelta(seconds=elapsed * self.speedup)
+
+    def real_seconds(self, simulated: timedelta) -> float:
+        return simulated.total_seconds() / self.speedup
+
+
+def first_origin(today: datetime) -> datetime:
+    """Where a fresh simulation starts: 20:00 UTC the day before, so a day completes soon."""
+    midnight = today.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    return midnight - timedelta(hours=4)
+
+
+@dataclass
+class DemoState:
+    """What a restarted demo continues from, kept in ``<state_dir>/demo/demo.json``."""
+
+    path: Path
+    sim_time: datetime
+    api_key: str
+    runs: int = 0
+
+    @classmethod
+    def load(cls, settings: Settings, now: datetime) -> DemoState:
+        path = settings.state_dir / "demo" / "demo.json"
+        if not path.exists():
+            return cls(path, first_origin(now), secrets.token_urlsafe(18))
+        try:
+            raw = json.loads(path.read_text())
+            return cls(path, parse_instant(raw["sim_time"]), str(raw["api_key"]), int(raw["runs"]))
+        except (ValueError, KeyError, TypeError) as error:
+            raise DemoError(
+                f"{path} is not a demo state file ({error}); start with --fresh to begin anew"
+            ) from None
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        body = {
+            "sim_time": format_instant(self.sim_time), "api_key": self.api_key, "runs": self.runs,
+        }  # fmt: skip
+        temporary = self.path.with_suffix(".tmp")
+        temporary.write_text(json.dumps(body, indent=2) + "\n")
+        temporary.chmod(0o600)  # it holds an API key
+        temporary.replace(self.path)
+
+
+def reset_state(settings: Settings) -> list[Path]:
+    """Delete what the demo keeps between runs (broker data, checkpoints, master, versions).
+
+    Only lambdaline's own folders under the state directory (and the configured
+    batch store) go; a master dataset at a URL is left alone.
+    """
+    if kafka_broker.status(settings).running:
+        raise DemoError(
+            "--fresh deletes the broker's data, but the embedded broker is running; "
+            "stop it first with `lambdaline kafka stop`"
+        )
+    folders = [
+        settings.kafka_dir,
+        settings.checkpoints_dir,
+        settings.batch_store,
+        settings.state_dir / "demo",
+    ]
+    if settings.master_dir is None:
+        folders.append(Path(settings.master_location))
+    removed = [folder for folder in folders if folder.exists()]
+    for folder in removed:
+        shutil.rmtree(folder)
+    return removed
+
+
+# --- the processes ----------------------------------------------------------------
+
+
+@dataclass
+class Child:
+    name: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+
+@dataclass
+class Supervisor:
+    """Starts lambdaline commands as processes of their own and stops them by pid."""
+
+    env: dict[str, str]
+    logs: Path
+    children: list[Child] = field(default_factory=list)
+
+    def spawn(self, name: str, *args: str, env: dict[str, str] | None = None) -> Child:
+        log = self.logs / f"demo-{name}.log"
+        with log.open("ab") as sink:
+            process = subprocess.Popen(
+                [*CLI, *args], stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT,
+                env={**self.env, **(env or {})}, start_new_session=True,
+            )  # fmt: skip
+        child = Child(name, process, log)
+        self.children.append(child)
+        log_event(logger, "demo_started", part=name, pid=process.pid, command=args)
+        return child
+
+    def died(self) -> Child | None:
+        return next((c for c in self.children if c.process.poll() is not None), None)
+
+    def stop(self, child: Child, force: threading.Event, grace: float = STOP_GRACE_S) -> None:
+        """SIGTERM the leader, wait up to ``grace`` (less if forced), then SIGKILL its group."""
+        process = child.process
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + grace
+            while process.poll() is None and time.monotonic() < deadline and not force.is_set():
+                time.sleep(0.1)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # whatever is left: the JVM, workers
+        process.wait()
+        log_event(logger, "demo_stopped", part=child.name, pid=process.pid)
+
+
+def log_tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+# --- what the user sees -----------------------------------------------------------
+
+
+@dataclass
+class Observer:
+    """Reads the live figures: records in Kafka and the API's own /v1/status."""
+
+    settings: Settings
+    api: str
+    api_key: str
+    consumer: KafkaConsumer | None = None
+
+    def records_in_kafka(self) -> int | None:
+        topics = self.settings.topics
+        try:
+            if self.consumer is None:
+                self.consumer = KafkaConsumer(
+                    bootstrap_servers=self.settings.kafka_bootstrap, group_id=None,
+                    client_id="lambdaline-demo", request_timeout_ms=5000,
+                )  # fmt: skip
+            partitions = [
+                TopicPartition(topic, partition)
+                for topic in (topics.entries, topics.exits, topics.registrations)
+                for partition in self.consumer.partitions_for_topic(topic) or ()
+            ]
+            return int(sum(self.consumer.end_offsets(partitions).values()))
+        except Exception:  # a status line never stops the demo
+            return None
+
+    def status(self) -> dict[str, Any] | None:
+        request = urllib.request.Request(
+            f"{self.api}/v1/status", headers={"X-API-Key": self.api_key}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=1.0) as response:
+                body: dict[str, Any] = json.load(response)
+                return body
+        except (OSError, urllib.error.URLError, ValueError):
+            return None
+
+    def close(self) -> None:
+        if self.consumer is not None:
+            self.consumer.close()
+
+
+def _short(instant: str | None) -> str:
+    return "-" if not instant else instant[:16].replace("T", " ")
+
+
+def status_line(
+    clock: SimClock, records: int | None, status: dict[str, Any] | None, batch: str
+) -> str:
+    now = clock.now()
+    parts = [f"sim {now:%Y-%m-%d %H:%M}"]
+    parts.append(f"records in Kafka {records:,}" if records is not None else "records in Kafka ?")
+    if status is None:
+        parts.append("API starting")
+    else:
+        watermark = status.get("speed_watermark")
+        behind = ""
+        if watermark:
+            hours = (now - parse_instant(watermark)).total_seconds() / 3600
+            behind = f" ({hours:.1f} simulated h behind)"
+        parts.append(f"speed watermark {_short(watermark)}{behind}")
+        lag = status.get("speed_lag_records")
+        if isinstance(lag, int) and lag > 0:
+            parts.append(f"API reading {lag:,} speed records")
+        version = status.get("batch_version")
+        parts.append(
+            f"batch v{version} horizon {_short(status.get('horizon'))}"
+            if version is not None
+            else "batch: no version yet"
+        )
+    parts.append(batch)
+    return " | ".join(parts)
+
+
+def batch_activity(scheduler: Scheduler, clock: SimClock) -> str:
+    if scheduler.running is not None:
+        return "batch running"
+    failed = scheduler.last_exit_code not in (None, 0)
+    due = next_run_after(scheduler.cron, clock.now())
+    wait = clock.real_seconds(due - clock.now())
+    text = f"next batch in {wait:.0f} s"
+    return text + f" (last run failed: exit {scheduler.last_exit_code})" if failed else text
+
+
+def banner(settings: Settings, api: str, key: str, clock: SimClock) -> list[str]:
+    day = clock.origin.replace(hour=0, minute=0, second=0, microsecond=0)
+    since, until = format_instant(day), format_instant(day + timedelta(days=3))
+    header = f"-H 'X-API-Key: {key}'"
+    minutes_per_day = clock.real_seconds(timedelta(days=1)) / 60
+    return [
+        "lambdaline demo: the Lambda architecture on this machine (Ctrl-C stops it all)",
+        f"  API      {api}   OpenAPI {api}/docs",
+        f"  status   curl -s {header} {api}/v1/status",
+        f"  query    curl -s {header} '{api}/v1/booths/booth-01/stats"
+        f"?from={since}&to={until}&granularity=1h'",
+        f"  logs     {settings.logs_dir}/demo-*.log",
+        f"  time     {clock.speedup:g} simulated s per real s (a simulated day every "
+        f"{minutes_per_day:.1f} min), from {format_instant(clock.origin)}; the batch runs at "
+        f"{settings.demo_batch_cron!r} simulated time for the day before",
+    ]
+
+
+# --- the demo ---------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _signals(handler: Callable[[int, FrameType | None], None]) -> Iterator[None]:
+    watched = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {sig: signal.signal(sig, handler) for sig in watched}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def run(settings: Settings, host: str, port: int, fresh: bool, console: Console) -> int:
+    """Run the demo until a signal; return the exit code (0 after Ctrl-C, 1 if a part died)."""
+    stopping, force = threading.Event(), threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        if stopping.is_set():
+            force.set()
+            console.print("stopping now, without waiting for clean shutdowns")
+        else:
+            stopping.set()
+            console.print(f"{signal.Signals(signum).name}: stopping every part of the demo")
+
+    with _signals(on_signal):
+        return _run(settings, host, port, fresh, console, stopping, force)
+
+
+def _run(
+    settings: Settings,
+    host: str,
+    port: int,
+    fresh: bool,
+    console: Console,
+    stopping: threading.Event,
+    force: threading.Event,
+) -> int:
+    if port_open(host, port):
+        raise DemoError(f"{host}:{port} is already in use; pass a free one with --port")
+    if fresh:
+        for folder in reset_state(settings):
+            console.print(f"--fresh: removed {folder}")
+    state = DemoState.load(settings, datetime.now(UTC))
+    settings.logs_dir.mkdir(parents=True, exist_ok=True)
+    log_file = (settings.logs_dir / "demo.log").open("a", buffering=1)
+    configure_logging(stream=log_file)
+    state.runs += 1
+    api_key = settings.api_keys[0] if settings.api_keys else state.api_key
+    api = f"http://{host}:{port}"
+    supervisor = Supervisor(env={**os.environ}, logs=settings.logs_dir)
+    started_broker = False
+    scheduler: Scheduler | None = None
+    worker: threading.Thread | None = None
+    observer = Observer(settings, api, api_key)
+    code = 0
+    try:
+        with console.status(f"starting Kafka on {settings.kafka_bootstrap}"):
+            started_broker = not kafka_broker.status(settings).running
+            kafka_broker.start(settings)
+            create_topics(settings)
+        if stopping.is_set():
+            return 0
+        supervisor.spawn("speed", "speed", "run")
+        clock = SimClock(state.sim_time, time.time() + GENERATOR_WARM_UP_S, settings.demo_speedup)
+        supervisor.spawn(
+            "generator", "generate", "--events", str(10**12), "--workers", "1",
+            "--start", format_instant(clock.origin), "--speedup", f"{clock.speedup:g}",
+            "--traffic", f"{settings.demo_traffic:g}", "--plates", str(DEMO_PLATES),
+        )  # fmt: skip
+        server_env = {} if settings.api_keys else {"LAMBDALINE_API_KEYS": api_key}
+        supervisor.spawn("api", "serve", "--host", host, "--port", str(port), env=server_env)
+        scheduler = Scheduler(
+            settings.demo_batch_cron,
+            command=lambda due: [
+                *CLI,
+                "batch",
+                "run",
+                "--date",
+                (due - timedelta(days=1)).date().isoformat(),
+            ],
+            clock=clock.now,
+            speedup=clock.speedup,
+            output=settings.logs_dir / "demo-batch.log",
+        )
+        worker = threading.Thread(target=scheduler.serve, name="demo-batch-scheduler")
+        worker.start()
+        for line in banner(settings, api, api_key, clock):
+            console.print(line, highlight=False, soft_wrap=True)
+        code = _watch(clock, state, scheduler, supervisor, observer, console, stopping)
+    finally:
+        stopping.set()
+        _shut_down(settings, supervisor, scheduler, worker, started_broker, console, force)
+        observer.close()
+        if scheduler is not None:
+            state.save()
+        log_file.close()
+    return code
+
+
+def _watch(
+    clock: SimClock,
+    state: DemoState,
+    scheduler: Scheduler,
+    supervisor: Supervisor,
+    observer: Observer,
+    console: Console,
+    stopping: threading.Event,
+) -> int:
+    """Refresh the status line every second until stopped; 1 if a part died."""
+    last_printed = 0.0
+    live = Live(console=console, auto_refresh=False) if console.is_terminal else None
+    with live or contextlib.nullcontext():
+        while not stopping.wait(1.0):
+            state.sim_time = clock.now()
+            state.save()
+            dead = supervisor.died()
+            if dead is not None:
+                console.print(
+                    f"[red]error:[/red] the {dead.name} process (pid {dead.process.pid}) exited "
+                    f"with code {dead.process.returncode}; last lines of {dead.log}:\n"
+                    f"{log_tail(dead.log)}",
+                    highlight=False,
+                )
+                return 1
+            line = status_line(
+                clock, observer.records_in_kafka(), observer.status(),
+                batch_activity(scheduler, clock),
+            )  # fmt: skip
+            if live is not None:
+                live.update(Text(line), refresh=True)
+            elif time.monotonic() - last_printed >= 15:
+                console.print(line, highlight=False, soft_wrap=True)
+                last_printed = time.monotonic()
+    return 0
+
+
+def _shut_down(
+    settings: Settings,
+    supervisor: Supervisor,
+    scheduler: Scheduler | None,
+    worker: threading.Thread | None,
+    started_broker: bool,
+    console: Console,
+    force: threading.Event,
+) -> None:
+    """Stop every part, data producers first and the broker last, each by its pid."""
+    by_name = {child.name: child for child in supervisor.children}
+    if "generator" in by_name:
+        supervisor.stop(by_name["generator"], force, grace=2)
+    if scheduler is not None and worker is not None:
+        scheduler.stop()
+        deadline = time.monotonic() + STOP_GRACE_S
+        while worker.is_alive() and time.monotonic() < deadline and not force.is_set():
+            worker.join(timeout=0.2)
+        running = scheduler.running
+        if running is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(running.pid, signal.SIGKILL)
+        worker.join()
+        console.print("stopped the batch scheduler")
+    for name in ("api", "speed"):
+        if name in by_name:
+            supervisor.stop(by_name[name], force)
+    for child in supervisor.children:
+        console.print(f"stopped {child.name} (pid {child.process.pid})")
+    if started_broker:
+        with console.status("stopping Kafka"):
+            pid = kafka_broker.stop(settings, grace_seconds=2 if force.is_set() else 30)
+        console.print(f"stopped kafka (pid {pid})")
+    elif kafka_broker.status(settings).running:
+        console.print("kafka was already running before the demo and keeps running")
