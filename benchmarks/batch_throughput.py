@@ -27,130 +27,23 @@ import argparse
 import io
 import os
 import platform
-import resource
 import signal
 import sys
 import tempfile
-import time
 from datetime import UTC, date, datetime
 from pathlib import Path
-from typing import Any
 
-import duckdb
 from rich.console import Console
 
 from batch_layer.run import run_batch
+from lambdaline.bench.measure import cpu_seconds_of_tree, own_cpu_seconds
+from lambdaline.bench.peer import peer_views
 from lambdaline.generator import GeneratorConfig, send_to_kafka
 from lambdaline.kafka_broker import ephemeral_broker
 from lambdaline.topics import create_topics
 from shared.batch_store import STORE_TABLES
 from shared.settings import Settings
 from shared.spark_session import spark_session
-
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def _process_tree(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(parent, []).append(int(entry.name))
-    tree, pending = [], [root]
-    while pending:
-        pid = pending.pop()
-        tree.append(pid)
-        pending += children.get(pid, [])
-    return tree
-
-
-def cpu_seconds_of_tree(root: int) -> float:
-    """CPU seconds used by a process and its descendants (live ones, and reaped ones)."""
-    total = 0
-    for pid in _process_tree(root):
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += sum(int(value) for value in fields[11:15])  # utime stime cutime cstime
-    return total / CLOCK_TICKS
-
-
-def own_cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def peer_views(master: str, topics: Any, threads: int) -> tuple[dict[str, int], float]:
-    """The batch views in plain DuckDB SQL over the master dataset; (row counts, seconds)."""
-
-    def events(topic: str) -> str:
-        return (
-            f"SELECT * FROM read_parquet('{master}/topic={topic}/*/*/*.parquet', "
-            "hive_partitioning = true) QUALIFY row_number() OVER (PARTITION BY event_id "
-            "ORDER BY source_timestamp, source_topic, source_partition, source_offset) = 1"
-        )
-
-    statements = f"""
-        SET threads = {threads};
-        SET TimeZone = 'UTC';
-        CREATE TEMP TABLE entries AS {events(topics.entries)};
-        CREATE TEMP TABLE exits AS {events(topics.exits)};
-        CREATE TEMP TABLE registrations AS {events(topics.registrations)};
-        CREATE TEMP TABLE booth_stats AS
-            SELECT booth_id, window_start, window_start + INTERVAL 5 MINUTE AS window_end,
-                   vehicle_count, total_toll, first_entry_time, last_entry_time
-            FROM (
-                SELECT booth_id, time_bucket(INTERVAL 5 MINUTE, entry_time::TIMESTAMP)
-                           AS window_start,
-                       count(*) AS vehicle_count, sum(toll)::DECIMAL(18, 2) AS total_toll,
-                       min(entry_time) AS first_entry_time, max(entry_time) AS last_entry_time
-                FROM entries GROUP BY ALL
-            );
-        CREATE TEMP TABLE vehicle_trips AS
-            SELECT *, (epoch_ms(exit_time) - epoch_ms(entry_time)) / 1000.0 AS duration_seconds
-            FROM (
-                SELECT e.booth_id, e.license_plate, e.entry_time, min(x.exit_time) AS exit_time
-                FROM entries e JOIN exits x
-                  ON e.booth_id = x.booth_id AND e.license_plate = x.license_plate
-                 AND x.exit_time BETWEEN e.entry_time AND e.entry_time + INTERVAL 1 HOUR
-                GROUP BY ALL
-            );
-        CREATE TEMP TABLE at_entry AS
-            SELECT e.booth_id, e.license_plate, e.entry_time, r.registration_id, r.expired
-            FROM entries e ASOF LEFT JOIN registrations r
-              ON e.license_plate = r.license_plate AND e.entry_time >= r.registration_time;
-        CREATE TEMP TABLE expired_registrations AS
-            SELECT booth_id, license_plate, entry_time, registration_id FROM at_entry WHERE expired;
-        CREATE TEMP TABLE diagnostics AS
-            SELECT booth_id, time_bucket(INTERVAL 5 MINUTE, entry_time::TIMESTAMP) AS window_start,
-                   reason, count(*) AS count
-            FROM (
-                SELECT booth_id, entry_time, 'missing_exit' AS reason FROM entries e
-                WHERE NOT EXISTS (
-                    SELECT 1 FROM exits x
-                    WHERE e.booth_id = x.booth_id AND e.license_plate = x.license_plate
-                      AND x.exit_time BETWEEN e.entry_time AND e.entry_time + INTERVAL 1 HOUR)
-                UNION ALL
-                SELECT booth_id, entry_time, 'missing_registration' FROM at_entry
-                WHERE registration_id IS NULL
-            ) GROUP BY ALL;
-        CREATE TEMP TABLE dead_letters AS
-            SELECT * FROM read_parquet(
-                '{master}/dead_letters/*/*/*.parquet', hive_partitioning = true);
-    """
-    started = time.monotonic()
-    with duckdb.connect() as connection:
-        connection.execute(statements)
-        seconds = time.monotonic() - started
-        counts = {}
-        for table in STORE_TABLES:
-            row = connection.execute(f'SELECT count(*) FROM "{table.name}"').fetchone()
-            counts[table.name] = int(row[0]) if row else 0
-    return counts, seconds
 
 
 def main() -> None:
@@ -200,7 +93,7 @@ def main() -> None:
         spark_counts = {k: v for k, v in report.version.row_counts.items()}
 
         used = own_cpu_seconds()
-        peer_counts, peer_seconds = peer_views(settings.master_location, settings.topics, cores)
+        peer_counts, peer_seconds = peer_views(settings, cores)
         peer_cpu = own_cpu_seconds() - used
 
     steps = report.seconds

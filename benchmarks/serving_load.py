@@ -20,35 +20,29 @@ it stops, by pid.
 from __future__ import annotations
 
 import argparse
-import http.client
 import os
 import random
 import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
-from urllib.parse import urlencode
 
 import duckdb
 import httpx
 import pyarrow as pa
 
 from batch_layer.publish import empty_store_tables, publish_version
+from lambdaline.bench.load import open_loop
+from lambdaline.bench.measure import percentile
 from lambdaline.kafka_broker import ephemeral_broker, free_port
 from lambdaline.topics import create_topics
 from shared.batch_store import version_file
 
 BOOTHS, DAYS, FIRST_DAY = 50, 60, date(2026, 1, 1)
 API_KEY = "bench-key"
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
 def populate(store: Path) -> None:
@@ -104,56 +98,8 @@ def booth_day(rng: random.Random) -> tuple[str, dict[str, str]]:
     }
 
 
-def load(
-    port: int, rate: float, seconds: float, connections: int = 32
-) -> tuple[list[float], int, float]:
-    """Open-loop load at `rate` requests/s; (latencies in s, errors, wall seconds).
-
-    Request i is due at start + i/rate and goes out on keep-alive connection
-    i mod `connections` (one thread each, plain http.client: the client must
-    cost far less CPU than the server it measures). Latency counts from when the
-    request was due, so queueing behind a slow server shows.
-    """
-    total = int(rate * seconds)
-    latencies: list[float] = []
-    errors = [0]
-    lock = threading.Lock()
-    started = time.perf_counter() + 0.2
-
-    def worker(offset: int) -> None:
-        rng = random.Random(offset)
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-        mine, failed = [], 0
-        for n in range(offset, total, connections):
-            due = started + n / rate
-            wait = due - time.perf_counter()
-            if wait > 0:
-                time.sleep(wait)
-            path, params = booth_day(rng)
-            try:
-                connection.request(
-                    "GET", f"{path}?{urlencode(params)}", headers={"X-API-Key": API_KEY}
-                )
-                response = connection.getresponse()
-                body = response.read()
-                if response.status != 200 or body.count(b'"booth_id"') != 288:
-                    failed += 1
-            except (OSError, http.client.HTTPException):
-                failed += 1
-                connection.close()
-                connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-            mine.append(time.perf_counter() - due)
-        connection.close()
-        with lock:
-            latencies.extend(mine)
-            errors[0] += failed
-
-    threads = [threading.Thread(target=worker, args=(n,)) for n in range(connections)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return latencies, errors[0], time.perf_counter() - started
+def full_day(status: int, body: bytes) -> bool:
+    return status == 200 and body.count(b'"booth_id"') == 288
 
 
 def raw_duckdb(path: Path, repeats: int = 2000) -> list[float]:
@@ -220,13 +166,14 @@ def main() -> None:
                 if time.monotonic() > deadline:
                     raise SystemExit("the server did not become ready in 60 s")
                 time.sleep(0.3)
-            load(port, 50, 2)  # warm up
+            open_loop(port, API_KEY, booth_day, 50, 2)  # warm up
             print(
                 f"{'offered req/s':>14}{'served req/s':>14}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}"
             )
             for rate in (float(r) for r in args.rates.split(",")):
-                latencies, errors, wall = load(port, rate, args.seconds)
-                p50, p99 = _percentile(latencies, 0.5), _percentile(latencies, 0.99)
+                result = open_loop(port, API_KEY, booth_day, rate, args.seconds, ok=full_day)
+                latencies, errors, wall = result.latencies_s, result.errors, result.wall_s
+                p50, p99 = percentile(latencies, 0.5), percentile(latencies, 0.99)
                 print(
                     f"{rate:>14,.0f}{len(latencies) / wall:>14,.0f}"
                     f"{p50 * 1000:>9.1f}{p99 * 1000:>9.1f}{errors:>8}",
@@ -236,7 +183,7 @@ def main() -> None:
             os.killpg(server.pid, signal.SIGTERM)
             server.wait(timeout=30)
         raw = raw_duckdb(version_file(settings.batch_store, 1))
-        p50, p99 = _percentile(raw, 0.5) * 1000, _percentile(raw, 0.99) * 1000
+        p50, p99 = percentile(raw, 0.5) * 1000, percentile(raw, 0.99) * 1000
         print(f"raw DuckDB booth-day query (same SQL): p50 {p50:.2f} ms, p99 {p99:.2f} ms")
 
 

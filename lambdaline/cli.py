@@ -319,6 +319,47 @@ def demo(
     raise typer.Exit(code)
 
 
+# --- bench ------------------------------------------------------------------------------
+
+
+@app.command()
+def bench(
+    events: Annotated[int, typer.Option(min=1000, help="events in the seeded dataset")] = 1_000_000,
+    out_dir: Annotated[
+        Path, typer.Option("--out", help="results go to a new folder under this one")
+    ] = Path("bench-results"),
+    seed: Annotated[int, typer.Option(help="generator seed")] = 7,
+    probes: Annotated[int, typer.Option(min=1, help="timed freshness probes")] = 20,
+    load_rates: Annotated[
+        str, typer.Option(help="offered request rates of the serving load, comma-separated")
+    ] = "25,50,100,200",
+    load_seconds: Annotated[float, typer.Option(min=0.5, help="seconds per load rate")] = 8.0,
+) -> None:
+    """Run one seeded dataset through both layers on this machine and compare them:
+    results.json, report.md and PNG charts in a new folder under --out."""
+    from lambdaline.bench import run as bench_run  # matplotlib and co.: only for this command
+
+    settings = _settings()
+    try:
+        rates = tuple(float(rate) for rate in load_rates.split(","))
+    except ValueError:
+        raise typer.BadParameter(f"{load_rates!r}: not numbers like 25,50,100") from None
+    options = bench_run.BenchOptions(
+        events=events, out=out_dir, seed=seed, probes=probes, load_rates=rates,
+        load_seconds=load_seconds,
+    )  # fmt: skip
+    with _clear_errors():
+        try:
+            folder = bench_run.run(settings, options, console)
+        except bench_run.BenchError as error:
+            console.print(f"[red]error:[/red] {error}", highlight=False)
+            raise typer.Exit(1) from None
+    for line in (folder / "report.md").read_text().splitlines():
+        if line.startswith("|"):
+            out.print(line, highlight=False, soft_wrap=True)
+    out.print(f"results: {folder}/results.json, report.md, *.png")
+
+
 def main() -> None:
     app()
 

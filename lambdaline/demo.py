@@ -31,14 +31,12 @@ import os
 import secrets
 import shutil
 import signal
-import subprocess
-import sys
 import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import FrameType
@@ -51,19 +49,18 @@ from rich.text import Text
 
 from batch_layer.schedule import Scheduler, next_run_after
 from lambdaline import kafka_broker
+from lambdaline.processes import CLI, STOP_GRACE_S, Supervisor, log_tail
 from lambdaline.topics import create_topics
 from shared.events import format_instant, parse_instant
 from shared.kafka_admin import port_open
-from shared.logs import configure_logging, log_event
+from shared.logs import configure_logging
 from shared.settings import Settings
 
 logger = logging.getLogger("lambdaline.demo")
 
-CLI: tuple[str, ...] = (sys.executable, "-m", "lambdaline.cli")
 DEMO_PLATES = 2000
 GENERATOR_WARM_UP_S = 2.0
 """About how long the generator takes from spawn to its first paced send."""
-STOP_GRACE_S = 20.0
 
 
 class DemoError(RuntimeError):
@@ -151,60 +148,6 @@ def reset_state(settings: Settings) -> list[Path]:
     for folder in removed:
         shutil.rmtree(folder)
     return removed
-
-
-# --- the processes ----------------------------------------------------------------
-
-
-@dataclass
-class Child:
-    name: str
-    process: subprocess.Popen[bytes]
-    log: Path
-
-
-@dataclass
-class Supervisor:
-    """Starts lambdaline commands as processes of their own and stops them by pid."""
-
-    env: dict[str, str]
-    logs: Path
-    children: list[Child] = field(default_factory=list)
-
-    def spawn(self, name: str, *args: str, env: dict[str, str] | None = None) -> Child:
-        log = self.logs / f"demo-{name}.log"
-        with log.open("ab") as sink:
-            process = subprocess.Popen(
-                [*CLI, *args], stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT,
-                env={**self.env, **(env or {})}, start_new_session=True,
-            )  # fmt: skip
-        child = Child(name, process, log)
-        self.children.append(child)
-        log_event(logger, "demo_started", part=name, pid=process.pid, command=args)
-        return child
-
-    def died(self) -> Child | None:
-        return next((c for c in self.children if c.process.poll() is not None), None)
-
-    def stop(self, child: Child, force: threading.Event, grace: float = STOP_GRACE_S) -> None:
-        """SIGTERM the leader, wait up to ``grace`` (less if forced), then SIGKILL its group."""
-        process = child.process
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            deadline = time.monotonic() + grace
-            while process.poll() is None and time.monotonic() < deadline and not force.is_set():
-                time.sleep(0.1)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)  # whatever is left: the JVM, workers
-        process.wait()
-        log_event(logger, "demo_stopped", part=child.name, pid=process.pid)
-
-
-def log_tail(path: Path, lines: int = 15) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return ""
 
 
 # --- what the user sees -----------------------------------------------------------
@@ -363,7 +306,7 @@ def _run(
     state.runs += 1
     api_key = settings.api_keys[0] if settings.api_keys else state.api_key
     api = f"http://{host}:{port}"
-    supervisor = Supervisor(env={**os.environ}, logs=settings.logs_dir)
+    supervisor = Supervisor(env={**os.environ}, logs=settings.logs_dir, prefix="demo-")
     started_broker = False
     scheduler: Scheduler | None = None
     worker: threading.Thread | None = None

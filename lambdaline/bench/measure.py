@@ -1,0 +1,100 @@
+"""Measuring instruments: CPU seconds from /proc and getrusage, percentiles, the machine."""
+
+from __future__ import annotations
+
+import os
+import platform
+import resource
+import subprocess
+import threading
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def process_tree(root: int) -> list[int]:
+    """``root`` and every live process below it, from /proc's parent links."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(parent, []).append(int(entry.name))
+    tree, pending = [], [root]
+    while pending:
+        pid = pending.pop()
+        tree.append(pid)
+        pending += children.get(pid, [])
+    return tree
+
+
+def cpu_seconds_of_tree(root: int) -> float:
+    """CPU seconds of a process and its descendants (live ones, and the reaped ones)."""
+    total = 0
+    for pid in process_tree(root):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += sum(int(value) for value in fields[11:15])  # utime stime cutime cstime
+    return total / CLOCK_TICKS
+
+
+def own_cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+class TreeCpu:
+    """Samples a child process tree's CPU seconds until it exits (the last sample stays).
+
+    A process's counters vanish when it exits, so the tree is read every
+    ``interval`` seconds while it runs: at most one interval's CPU is missed.
+    """
+
+    def __init__(self, process: subprocess.Popen[bytes], interval: float = 0.25):
+        self.process = process
+        self.seconds = 0.0
+        self._thread = threading.Thread(target=self._sample, args=(interval,), daemon=True)
+        self._thread.start()
+
+    def _sample(self, interval: float) -> None:
+        while self.process.poll() is None:
+            self.seconds = max(self.seconds, cpu_seconds_of_tree(self.process.pid))
+            time.sleep(interval)
+
+    def wait(self) -> float:
+        self._thread.join()
+        return self.seconds
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The nearest-rank ``q`` quantile (0..1); NaN for no values."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def machine() -> dict[str, Any]:
+    """Cores, memory and the versions that decide the figures."""
+    memory_kb = 0
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            memory_kb = int(line.split()[1])
+    java = subprocess.run(["java", "-version"], capture_output=True, text=True, check=False)
+    versions = {
+        name: metadata.version(name)
+        for name in ("pyspark", "kafka-python", "duckdb", "fastapi", "uvicorn", "pyarrow")
+    }
+    return {
+        "cores": os.cpu_count(),
+        "memory_gib": round(memory_kb / 1024 / 1024, 1),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "java": (java.stderr.splitlines() or ["?"])[0],
+        "versions": versions,
+    }

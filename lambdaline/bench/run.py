@@ -1,0 +1,464 @@
+"""``lambdaline bench``: one seeded dataset through both layers, side by side, in one run.
+
+Steps, on a broker of its own (free ports, a temporary state folder):
+
+1. **generate** about ``--events`` records (toll entries with their exits,
+   registrations, late records, duplicates and malformed ones) over two
+   simulated days;
+2. **speed**: ``lambdaline speed run --available-now`` over all of it, as its own
+   process: events/s, events per CPU-second, micro-batch durations from
+   ``speed.progress``;
+3. **batch**: one batch run (ingest, recompute, publish) in this process's Spark
+   session, with per-step CPU seconds of the JVM and its Python workers;
+4. **peer**: the same recompute in plain DuckDB SQL over the same Parquet;
+5. **accuracy**: per view, the speed store (materialised as the API does) against
+   batch truth, over the rows the speed layer has finalised, with the late-dropped
+   counts and dead letters that explain the difference;
+6. **serving**: ``lambdaline serve`` under an open-loop booth-day load;
+7. **freshness**: with the continuous speed job running, probe entries are sent
+   and timed until the API shows them (event sent -> visible through the API);
+   the batch layer's freshness is its schedule period plus its runtime.
+
+CPU seconds come from the kernel's accounting of each process (``/proc``,
+``getrusage``), never from wall time. Everything started is stopped by pid.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import secrets
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import httpx
+from croniter import croniter
+from kafka import KafkaConsumer, KafkaProducer
+from rich.console import Console
+
+from batch_layer.run import run_batch
+from lambdaline.bench.load import open_loop
+from lambdaline.bench.measure import (
+    TreeCpu,
+    cpu_seconds_of_tree,
+    machine,
+    own_cpu_seconds,
+    percentile,
+)
+from lambdaline.bench.peer import peer_views
+from lambdaline.bench.report import write_charts, write_report
+from lambdaline.generator import GeneratorConfig, send_to_kafka
+from lambdaline.kafka_broker import ephemeral_broker, free_port
+from lambdaline.processes import Supervisor, log_tail
+from lambdaline.topics import create_topics
+from serving.speed_consumer import SpeedConsumer
+from serving.speed_tables import SpeedTables
+from shared.batch_store import STORE_TABLE_BY_NAME, read_current, version_file
+from shared.events import (
+    BoothId,
+    EventId,
+    LicensePlate,
+    Toll,
+    TollEntry,
+    encode_event,
+    format_instant,
+)
+from shared.jvm import pom_properties
+from shared.settings import Settings
+from shared.spark_session import spark_session
+from shared.topics import VIEW_NAMES
+
+RECORDS_PER_ENTRY = 2.06
+"""Records the generator sends per entry with its default fractions (measured)."""
+START = datetime(2026, 1, 5, tzinfo=UTC)
+DATA_DAYS = 2
+PROBE_BOOTH = "bench-probe"
+
+
+class BenchError(RuntimeError):
+    """A step of the benchmark failed; the message names it and its log."""
+
+
+@dataclass(frozen=True)
+class BenchOptions:
+    events: int = 1_000_000
+    out: Path = Path("bench-results")
+    seed: int = 7
+    probes: int = 20
+    probe_interval_s: float = 1.0
+    load_rates: tuple[float, ...] = (25.0, 50.0, 100.0, 200.0)
+    load_seconds: float = 8.0
+
+
+def _ms(values: list[float]) -> dict[str, float]:
+    return {
+        "p50": round(percentile(values, 0.5) * 1000, 2),
+        "p99": round(percentile(values, 0.99) * 1000, 2),
+    }
+
+
+def _quantiles(values: list[float], *qs: float) -> dict[str, float | None]:
+    return {f"p{round(q * 100)}": (round(percentile(values, q), 3) if values else None) for q in qs}
+
+
+class Bench:
+    """One run of the benchmark; each step fills its part of ``results``."""
+
+    def __init__(self, settings: Settings, options: BenchOptions, folder: Path, console: Console):
+        self.settings = settings
+        self.options = options
+        self.folder = folder
+        self.console = console
+        self.api_key = secrets.token_urlsafe(12)
+        self.env = {
+            **os.environ,
+            "LAMBDALINE_STATE_DIR": str(settings.state_dir),
+            "LAMBDALINE_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+            "LAMBDALINE_KAFKA_CONTROLLER_PORT": str(settings.kafka_controller_port),
+            "LAMBDALINE_API_KEYS": self.api_key,
+        }
+        self.children = Supervisor(env=self.env, logs=folder, prefix="log-")
+        self.results: dict[str, Any] = {}
+        self.events = 0
+        self.run_date = START.date()
+
+    def step(self, text: str) -> None:
+        self.console.print(f"[bold]bench[/bold] {text}", highlight=False)
+
+    # --- 1. the dataset --------------------------------------------------------------
+    def generate(self) -> None:
+        entries = max(1, round(self.options.events / RECORDS_PER_ENTRY))
+        config = GeneratorConfig(
+            events=entries, seed=self.options.seed, start=START,
+            traffic=entries / (DATA_DAYS * 86400), plates=max(1000, entries // 10),
+        )  # fmt: skip
+        self.step(f"generating {entries:,} entries (about {self.options.events:,} events)")
+        summary = send_to_kafka(config, self.settings)
+        assert summary.last_timestamp_ms is not None
+        self.events = summary.records
+        self.run_date = datetime.fromtimestamp(summary.last_timestamp_ms / 1000, UTC).date()
+        self.results["dataset"] = {
+            "events": summary.records, "entries": entries, "seed": self.options.seed,
+            "by_kind": dict(sorted(summary.by_kind.items())),
+            "first_event_date": START.date().isoformat(),
+            "last_event_date": self.run_date.isoformat(),
+            "generator_events_per_s": round(summary.records / summary.seconds),
+        }  # fmt: skip
+
+    # --- 2. the speed layer over everything ----------------------------------------------
+    def speed(self) -> None:
+        self.step("speed layer: lambdaline speed run --available-now over all events")
+        began = time.monotonic()
+        child = self.children.spawn("speed-available-now", "speed", "run", "--available-now")
+        cpu = TreeCpu(child.process)
+        code = child.process.wait()
+        wall, cpu_s = time.monotonic() - began, cpu.wait()
+        if code != 0:
+            raise BenchError(f"the speed run exited with {code}:\n{log_tail(child.log)}")
+        progress = self._progress_records()
+        durations = [p["batch_duration_ms"] / 1000 for p in progress if p["num_input_rows"]]
+        dropped: dict[str, int] = {}
+        for record in progress:
+            query = str(record["query"])
+            dropped[query] = dropped.get(query, 0) + int(record["rows_dropped_by_watermark"])
+        self.results["speed"] = {
+            "events_per_s": round(self.events / wall, 1),
+            "events_per_cpu_s": round(self.events / cpu_s, 1),
+            "wall_s": round(wall, 1), "cpu_s": round(cpu_s, 1),
+            "microbatch_s": _quantiles(durations, 0.5, 0.99),
+            "microbatches": len(durations),
+            "rows_dropped_by_watermark": dropped,
+        }  # fmt: skip
+
+    def _progress_records(self) -> list[dict[str, Any]]:
+        consumer = KafkaConsumer(
+            self.settings.topics.speed_progress, bootstrap_servers=self.settings.kafka_bootstrap,
+            auto_offset_reset="earliest", group_id=None, consumer_timeout_ms=3000,
+        )  # fmt: skip
+        try:
+            return [json.loads(record.value) for record in consumer]
+        finally:
+            consumer.close()
+
+    # --- 3 and 4. the batch layer and its DuckDB peer ----------------------------------------
+    def batch(self) -> None:
+        self.step(f"batch layer: ingest, recompute and publish up to {self.run_date}")
+        spark = spark_session(self.settings, "lambdaline-bench-batch")
+        spark.sparkContext.setLogLevel("ERROR")
+        jvm = spark.sparkContext._gateway.proc.pid  # type: ignore[union-attr]
+        try:
+            report = run_batch(
+                spark, self.settings, self.run_date, lookback_days=0,
+                console=Console(file=io.StringIO()),
+                cpu_clock=lambda: cpu_seconds_of_tree(jvm) + own_cpu_seconds(),
+            )  # fmt: skip
+        finally:
+            spark.stop()
+        assert report.version is not None
+        runtime = {step: round(seconds, 2) for step, seconds in report.seconds.items()}
+        period = self._schedule_period_s()
+        self.results["batch"] = {
+            "events_per_s": round(self.events / report.seconds["total"], 1),
+            "events_per_cpu_s": round(self.events / report.cpu_seconds["total"], 1),
+            "runtime_s": runtime,
+            "cpu_s": {step: round(s, 1) for step, s in report.cpu_seconds.items()},
+            "freshness_s": round(period + report.seconds["total"], 1),
+            "schedule": self.settings.batch_cron, "schedule_period_s": period,
+            "version": report.version.version, "row_counts": report.version.row_counts,
+            "records_ingested": report.records_ingested,
+            "dead_letters": report.dead_letters_ingested,
+        }  # fmt: skip
+        self.step("peer: the same recompute in plain DuckDB SQL over the same Parquet")
+        cores = os.cpu_count() or 1
+        used = own_cpu_seconds()
+        counts, seconds = peer_views(self.settings, threads=cores)
+        cpu_s = own_cpu_seconds() - used
+        recompute = report.seconds["recompute"]
+        self.results["peer_duckdb_batch"] = {
+            "events_per_s": round(self.events / seconds, 1),
+            "events_per_cpu_s": round(self.events / cpu_s, 1),
+            "recompute_s": round(seconds, 2),
+            "spark_recompute_over_peer": round(recompute / seconds, 2),
+            "row_counts": counts,
+            "row_counts_equal_spark": counts == report.version.row_counts,
+        }
+
+    def _schedule_period_s(self) -> float:
+        runs = croniter(self.settings.batch_cron, START)
+        first = runs.get_next(datetime)
+        return float((runs.get_next(datetime) - first).total_seconds())
+
+    # --- 5. accuracy ---------------------------------------------------------------------
+    def accuracy(self) -> None:
+        self.step("accuracy: speed store against batch truth, per view")
+        tables = SpeedTables()
+        consumer = SpeedConsumer(self.settings, tables)
+        consumer.start()
+        try:
+            if not consumer.wait_caught_up(120):
+                raise BenchError(f"could not read the speed store: {consumer.error}")
+            watermark = tables.watermark
+            current = read_current(self.settings.batch_store)
+            assert current is not None and watermark is not None
+            cutoff = watermark - self.settings.max_trip
+            cursor = tables.cursor()
+            path = version_file(self.settings.batch_store, current.version)
+            cursor.execute(f"ATTACH '{path}' AS truth (READ_ONLY)")
+            views = {view: self._compare(cursor, view, cutoff) for view in VIEW_NAMES}
+            cursor.close()
+        finally:
+            consumer.stop()
+            tables.close()
+        dead_speed = sum(1 for _ in self._all_records(self.settings.topics.dead_letters))
+        self.results["accuracy"] = {
+            "compared_below": format_instant(cutoff.replace(tzinfo=UTC)),
+            "rule": "rows whose time column lies before the speed watermark minus max_trip",
+            "views": views,
+            "late_dropped_by_query": self.results["speed"]["rows_dropped_by_watermark"],
+            "dead_letters": {"batch": self.results["batch"]["dead_letters"], "speed": dead_speed},
+        }
+
+    @staticmethod
+    def _compare(cursor: Any, view: str, cutoff: datetime) -> dict[str, int]:
+        table = STORE_TABLE_BY_NAME[view]
+        values = [name for name, _ in table.columns if name not in table.key]
+        on = " AND ".join(f'b."{k}" = s."{k}"' for k in table.key)
+        same = " AND ".join(f'b."{v}" IS NOT DISTINCT FROM s."{v}"' for v in values) or "TRUE"
+        first = table.key[0]
+        time_column = table.date_column
+        row = cursor.execute(
+            f"""
+            WITH b AS (SELECT * FROM truth."{view}" WHERE "{time_column}" < $cutoff),
+                 s AS (SELECT * FROM "{view}" WHERE "{time_column}" < $cutoff)
+            SELECT count(*) FILTER (WHERE b."{first}" IS NOT NULL AND s."{first}" IS NOT NULL
+                                      AND {same}),
+                   count(*) FILTER (WHERE b."{first}" IS NOT NULL AND s."{first}" IS NOT NULL
+                                      AND NOT ({same})),
+                   count(*) FILTER (WHERE s."{first}" IS NULL),
+                   count(*) FILTER (WHERE b."{first}" IS NULL)
+            FROM b FULL OUTER JOIN s ON {on}
+            """,
+            {"cutoff": cutoff},
+        ).fetchone()
+        equal, different, missing, extra = (int(n) for n in row)
+        return {"equal": equal, "different": different, "missing": missing, "extra": extra}
+
+    def _all_records(self, topic: str) -> list[Any]:
+        consumer = KafkaConsumer(
+            topic, bootstrap_servers=self.settings.kafka_bootstrap,
+            auto_offset_reset="earliest", group_id=None, consumer_timeout_ms=3000,
+        )  # fmt: skip
+        try:
+            return list(consumer)
+        finally:
+            consumer.close()
+
+    # --- 6 and 7. serving load, then freshness through the API -----------------------------
+    def serving_and_freshness(self) -> None:
+        port = free_port()
+        self.step(f"serving: lambdaline serve on port {port}")
+        server = self.children.spawn("api", "serve", "--port", str(port))
+        client = httpx.Client(
+            base_url=f"http://127.0.0.1:{port}", headers={"X-API-Key": self.api_key}, timeout=10
+        )
+        try:
+            self._wait_ready(client, server.log)
+            self._load(port)
+            self._freshness(client)
+        finally:
+            client.close()
+            self.children.stop_all()
+
+    def _wait_ready(self, client: httpx.Client, log: Path) -> None:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if client.get("/readyz").status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.3)
+        raise BenchError(f"the API did not become ready in 120 s:\n{log_tail(log)}")
+
+    def _load(self, port: int) -> None:
+        days = [START.date() + timedelta(days=n) for n in range(DATA_DAYS)]
+
+        def booth_day(rng: Any) -> tuple[str, dict[str, str]]:
+            day = days[rng.randrange(len(days))]
+            return f"/v1/booths/booth-{rng.randrange(10) + 1:02d}/stats", {
+                "from": f"{day.isoformat()}T00:00:00Z",
+                "to": f"{(day + timedelta(days=1)).isoformat()}T00:00:00Z",
+            }
+
+        open_loop(port, self.api_key, booth_day, rate=20, seconds=2)  # warm up
+        ramp: list[dict[str, Any]] = []
+        for rate in self.options.load_rates:
+            self.step(f"serving: booth-day queries at {rate:g} requests/s")
+            result = open_loop(port, self.api_key, booth_day, rate, self.options.load_seconds)
+            ramp.append({
+                "offered_per_s": rate, "served_per_s": round(result.served_per_s, 1),
+                "latency_ms": _ms(result.latencies_s), "errors": result.errors,
+            })  # fmt: skip
+        kept_up = [r for r in ramp if r["served_per_s"] >= 0.95 * r["offered_per_s"]]
+        headline = kept_up[-1] if kept_up else ramp[0]
+        self.results["serving"] = {
+            "requests_per_s": headline["served_per_s"],
+            "latency_ms": headline["latency_ms"],
+            "errors": sum(r["errors"] for r in ramp),
+            "query": "GET /v1/booths/{booth}/stats for one day (288 five-minute rows)",
+            "headline": "the highest offered rate served at >= 95 %",
+            "ramp": ramp,
+        }
+
+    def _freshness(self, client: httpx.Client) -> None:
+        horizon = datetime.combine(self.run_date + timedelta(days=1), datetime.min.time(), UTC)
+        self.step("freshness: continuous speed job, probe entries timed until the API shows them")
+        self.children.spawn("speed-continuous", "speed", "run")
+        producer = KafkaProducer(bootstrap_servers=self.settings.kafka_bootstrap, linger_ms=0)
+        seen: dict[str, float] = {}
+        stop = threading.Event()
+        window = {"from": format_instant(horizon), "to": format_instant(horizon + timedelta(1))}
+
+        def watch() -> None:
+            while not stop.is_set():
+                try:
+                    response = client.get(f"/v1/booths/{PROBE_BOOTH}/stats", params=window)
+                    if response.status_code == 200:
+                        for row in response.json()["rows"]:
+                            seen.setdefault(row["window_start"], time.monotonic())
+                except httpx.TransportError:
+                    pass
+                stop.wait(0.05)
+
+        def probe(n: int) -> tuple[str, float]:
+            at = horizon + n * self.settings.window + timedelta(seconds=30)
+            entry = TollEntry(
+                event_id=EventId(f"probe-{n}-{secrets.token_hex(4)}"),
+                booth_id=BoothId(PROBE_BOOTH),
+                entry_time=at, license_plate=LicensePlate("PROBE-1"), state="NY", make="Ford",
+                model="Focus", vehicle_type=1, weight_kg=1200.0, toll=Toll(Decimal("2.50")), tag="",
+            )  # fmt: skip
+            timestamp = int(at.timestamp() * 1000) + 100
+            producer.send(
+                self.settings.topics.entries, key=b"PROBE-1", value=encode_event(entry),
+                timestamp_ms=timestamp,
+            )  # fmt: skip
+            producer.flush()
+            return format_instant(at - timedelta(seconds=30)), time.monotonic()
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        try:
+            first_window, _ = probe(0)  # the job's start-up: wait until it answers at all
+            deadline = time.monotonic() + 300
+            while first_window not in seen and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if first_window not in seen:
+                raise BenchError("the continuous speed job showed no probe within 300 s")
+            sent = []
+            for n in range(1, self.options.probes + 1):
+                time.sleep(self.options.probe_interval_s)
+                sent.append(probe(n))
+            deadline = time.monotonic() + 180
+            while any(w not in seen for w, _ in sent) and time.monotonic() < deadline:
+                time.sleep(0.1)
+        finally:
+            stop.set()
+            watcher.join()
+            producer.close()
+        latencies = [seen[w] - at for w, at in sent if w in seen]
+        speed = self.results["speed"]
+        speed["freshness_s"] = _quantiles(latencies, 0.5, 0.95, 0.99)
+        speed["freshness_samples_s"] = [round(x, 3) for x in latencies]
+        speed["freshness_not_seen"] = len(sent) - len(latencies)
+
+    # --- the whole run ---------------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        began = time.monotonic()
+        self.generate()
+        self.speed()
+        self.batch()
+        self.accuracy()
+        self.serving_and_freshness()
+        settings = self.settings.model_dump(mode="json", exclude={"api_keys", "state_dir"})
+        return {
+            "started_at": format_instant(datetime.now(UTC)),
+            **self.results,
+            "machine": machine() | {"kafka": pom_properties().get("kafka.version")},
+            "settings": settings,
+            "bench": {
+                "events_requested": self.options.events, "probes": self.options.probes,
+                "load_rates": list(self.options.load_rates),
+                "load_seconds": self.options.load_seconds,
+                "seconds": round(time.monotonic() - began, 1),
+            },
+        }  # fmt: skip
+
+
+def run(base: Settings, options: BenchOptions, console: Console) -> Path:
+    """Run the benchmark; return the folder holding results.json, report.md and the charts."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    folder = options.out / f"{stamp}-{options.events}-events"
+    folder.mkdir(parents=True, exist_ok=False)  # a run never overwrites another
+    with (
+        tempfile.TemporaryDirectory(prefix="lambdaline-bench-") as state,
+        ephemeral_broker(Path(state), kafka_heap=base.kafka_heap) as broker,
+    ):
+        settings = broker.model_copy(update={"batch_max_offsets_per_trigger": None})
+        create_topics(settings)
+        bench = Bench(settings, options, folder, console)
+        try:
+            results = bench.run()
+        finally:
+            bench.children.stop_all()
+    (folder / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    charts = write_charts(results, folder)
+    write_report(results, folder, charts)
+    return folder

@@ -1,0 +1,88 @@
+"""Child processes of lambdaline's own commands, each in a session of its own, stopped by pid.
+
+``lambdaline demo`` and ``lambdaline bench`` start the speed job, the generator
+and the API this way: the terminal's Ctrl-C reaches only the parent, which
+stops each child with SIGTERM to the child itself (the speed job stops its
+queries, uvicorn drains), waits, and then SIGKILLs the child's process group so
+no JVM or worker process outlives it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from shared.logs import log_event
+
+logger = logging.getLogger("lambdaline.processes")
+
+CLI: tuple[str, ...] = (sys.executable, "-m", "lambdaline.cli")
+STOP_GRACE_S = 20.0
+
+
+@dataclass
+class Child:
+    name: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+
+@dataclass
+class Supervisor:
+    """Starts lambdaline commands as processes of their own and stops them by pid."""
+
+    env: dict[str, str]
+    logs: Path
+    prefix: str = ""
+    children: list[Child] = field(default_factory=list)
+
+    def spawn(self, name: str, *args: str, env: dict[str, str] | None = None) -> Child:
+        log = self.logs / f"{self.prefix}{name}.log"
+        with log.open("ab") as sink:
+            process = subprocess.Popen(
+                [*CLI, *args], stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT,
+                env={**self.env, **(env or {})}, start_new_session=True,
+            )  # fmt: skip
+        child = Child(name, process, log)
+        self.children.append(child)
+        log_event(logger, "process_started", part=name, pid=process.pid, command=args)
+        return child
+
+    def died(self) -> Child | None:
+        return next((c for c in self.children if c.process.poll() is not None), None)
+
+    def stop(
+        self, child: Child, force: threading.Event | None = None, grace: float = STOP_GRACE_S
+    ) -> None:
+        """SIGTERM the leader, wait up to ``grace`` (less if forced), then SIGKILL its group."""
+        force = force or threading.Event()
+        process = child.process
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + grace
+            while process.poll() is None and time.monotonic() < deadline and not force.is_set():
+                time.sleep(0.1)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # whatever is left: the JVM, workers
+        process.wait()
+        log_event(logger, "process_stopped", part=child.name, pid=process.pid)
+
+    def stop_all(self) -> None:
+        """Stop every child, the last started first."""
+        for child in reversed(self.children):
+            self.stop(child)
+
+
+def log_tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""

@@ -1,0 +1,79 @@
+"""`lambdaline bench` at a small N: the files it promises, with the figures they must hold.
+
+The expected counts come from the generator's ground truth (its per-kind
+summary), not from the layers: every record is ingested once, every malformed
+record is a dead letter in both layers, and the peer agrees with Spark.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_writes_results_report_and_charts(tmp_path: Path) -> None:
+    command = [
+        sys.executable, "-m", "lambdaline.cli", "bench", "--events", "3000",
+        "--out", str(tmp_path), "--probes", "2", "--load-rates", "10", "--load-seconds", "1",
+    ]  # fmt: skip
+    env = {**os.environ, "LAMBDALINE_KAFKA_HEAP": "512m"}
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    [folder] = list(tmp_path.iterdir())
+    results = json.loads((folder / "results.json").read_text())
+
+    dataset = results["dataset"]
+    kinds = dataset["by_kind"]
+    assert dataset["events"] == sum(kinds.values())
+    malformed = sum(n for kind, n in kinds.items() if kind.startswith("malformed:"))
+    assert malformed > 0
+
+    speed = results["speed"]
+    for name in ("events_per_s", "events_per_cpu_s"):
+        assert speed[name] > 0
+    assert set(speed["freshness_s"]) == {"p50", "p95", "p99"}
+    assert len(speed["freshness_samples_s"]) == 2 and speed["freshness_not_seen"] == 0
+    assert 0 < speed["freshness_s"]["p50"] <= speed["freshness_s"]["p99"]
+    assert set(speed["microbatch_s"]) == {"p50", "p99"} and speed["microbatch_s"]["p50"] > 0
+
+    batch = results["batch"]
+    assert batch["records_ingested"] == dataset["events"]
+    assert batch["dead_letters"] == malformed
+    assert set(batch["runtime_s"]) == {"ingest", "recompute", "publish", "total"}
+    assert batch["runtime_s"]["total"] >= batch["runtime_s"]["ingest"] > 0
+    assert batch["freshness_s"] == pytest.approx(86400 + batch["runtime_s"]["total"], abs=0.1)
+    assert batch["events_per_s"] > 0 and batch["events_per_cpu_s"] > 0
+
+    peer = results["peer_duckdb_batch"]
+    assert peer["events_per_s"] > 0
+    assert peer["row_counts_equal_spark"] is True
+
+    accuracy = results["accuracy"]
+    assert set(accuracy["views"]) == {
+        "booth_stats", "vehicle_trips", "expired_registrations", "diagnostics",
+    }  # fmt: skip
+    for counts in accuracy["views"].values():
+        assert set(counts) == {"equal", "different", "missing", "extra"}
+    assert accuracy["views"]["booth_stats"]["equal"] > 0
+    assert accuracy["dead_letters"] == {"batch": malformed, "speed": malformed}
+
+    serving = results["serving"]
+    assert serving["errors"] == 0 and serving["requests_per_s"] > 0
+    assert serving["latency_ms"]["p50"] <= serving["latency_ms"]["p99"]
+
+    assert results["machine"]["cores"] == os.cpu_count()
+    assert results["settings"]["window"] and "api_keys" not in results["settings"]
+
+    report = (folder / "report.md").read_text()
+    assert "| events/s |" in report and "![throughput](throughput.png)" in report
+    for chart in ("freshness.png", "throughput.png", "accuracy.png"):
+        assert (folder / chart).read_bytes().startswith(PNG_MAGIC)
