@@ -18,6 +18,7 @@ from decimal import Decimal
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 
 from shared.batch_store import STORE_TABLE_BY_NAME, StoreTable
 from shared.events import parse_instant
@@ -71,14 +72,22 @@ class SpeedTables:
             latest[key] = (batch_id, [*_typed(table, value), batch_id])
         if not latest:
             return 0
-        placeholders = ", ".join("?" for _ in range(len(table.columns) + 1))
+        # one INSERT over an Arrow table: DuckDB's executemany runs a statement per
+        # row (measured ~350 rows/s), far below what the speed layer publishes
+        names = [*table.column_names, "batch_id"]
+        columns = list(zip(*(row for _, row in latest.values()), strict=True))
+        incoming = pa.table(dict(zip(names, map(list, columns), strict=True)))
+        quoted = ", ".join(f'"{name}"' for name in names)
         with self._lock:
             cursor = self.connection.cursor()
-            cursor.executemany(
-                f'INSERT OR REPLACE INTO "{view}" VALUES ({placeholders})',
-                [row for _, row in latest.values()],
-            )
-            cursor.close()
+            try:
+                cursor.register("incoming", incoming)
+                cursor.execute(
+                    f'INSERT OR REPLACE INTO "{view}" ({quoted}) SELECT {quoted} FROM incoming'
+                )
+                cursor.unregister("incoming")
+            finally:
+                cursor.close()
             for key, (batch_id, _) in latest.items():
                 held[key] = batch_id
         return len(latest)
