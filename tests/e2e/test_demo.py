@@ -22,6 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from lambdaline.bench.measure import process_tree
 from lambdaline.kafka_broker import free_port
 from shared.events import format_instant, parse_instant
 from shared.kafka_admin import port_open
@@ -29,28 +30,6 @@ from shared.kafka_admin import port_open
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 KEY = "e2e-demo-key"
-
-
-def descendants(root: int) -> set[int]:
-    """Every live process below ``root``, from /proc's parent links."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        parent = int(stat[stat.rindex(")") + 2 :].split()[1])
-        children.setdefault(parent, []).append(int(entry.name))
-    found: set[int] = set()
-    todo = [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in found:
-                found.add(child)
-                todo.append(child)
-    return found
 
 
 def alive(pid: int) -> bool:
@@ -130,7 +109,7 @@ def test_demo_serves_merged_rows_and_ctrl_c_leaves_nothing_behind(
     banner = output.read_text()
     assert f"X-API-Key: {KEY}" in banner and f"127.0.0.1:{ports['api']}/docs" in banner
 
-    started = descendants(process.pid)
+    started = set(process_tree(process.pid)) - {process.pid}
     assert len(started) >= 4  # broker, speed job, generator, API (and their children)
     os.killpg(process.pid, signal.SIGINT)
     time.sleep(2)
