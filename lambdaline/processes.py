@@ -33,6 +33,7 @@ class Child:
     name: str
     process: subprocess.Popen[bytes]
     log: Path
+    stopped: bool = False
 
 
 @dataclass
@@ -63,6 +64,8 @@ class Supervisor:
         self, child: Child, force: threading.Event | None = None, grace: float = STOP_GRACE_S
     ) -> None:
         """SIGTERM the leader, wait up to ``grace`` (less if forced), then SIGKILL its group."""
+        if child.stopped:  # its group id may belong to someone else by now
+            return
         force = force or threading.Event()
         process = child.process
         if process.poll() is None:
@@ -73,6 +76,7 @@ class Supervisor:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)  # whatever is left: the JVM, workers
         process.wait()
+        child.stopped = True
         log_event(logger, "process_stopped", part=child.name, pid=process.pid)
 
     def stop_all(self) -> None:

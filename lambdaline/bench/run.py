@@ -184,6 +184,7 @@ class Bench:
         cpu = TreeCpu(child.process)
         code = child.process.wait()
         wall, cpu_s = time.monotonic() - began, cpu.wait()
+        self.children.stop(child)  # anything of its group left behind, now, not at the end
         if code != 0:
             raise BenchError(f"the speed run exited with {code}:\n{log_tail(child.log)}")
         progress = self._progress_records()
