@@ -2,6 +2,14 @@
 
 Table and column names come from ``shared.batch_store.STORE_TABLES`` (code,
 never a request); every value a request brings is a query parameter.
+
+Rows are read *wire-ready* where nothing is computed on them after the merge:
+DuckDB formats instants (``shared.events.INSTANT_STRFTIME``) and money as
+strings in the query, which costs it far less than Python formatting 1,000
+datetimes per 288-row response (measured: 5 ms of a 10 ms request). The merge
+still compares each row's time with the horizon: ISO-8601 UTC strings of one
+fixed format order exactly as the instants do, so the horizon is formatted the
+same way. Rolled-up responses read typed values, since buckets need arithmetic.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ import duckdb
 from serving.batch_reader import BatchSnapshot
 from serving.speed_tables import SpeedTables
 from shared.batch_store import STORE_TABLE_BY_NAME
+from shared.events import INSTANT_STRFTIME, format_instant
 from shared.merge import Row, merge_at_horizon, roll_up_booth_stats
 
 
@@ -32,6 +41,8 @@ class ViewQuery:
     end: datetime
     filters: Mapping[str, str]
     limit: int | None = None
+    wire: bool = True
+    """Instants and money as the response writes them (strings), else typed values."""
 
     @property
     def time_column(self) -> str:
@@ -40,21 +51,32 @@ class ViewQuery:
     def sql(self, side: str) -> tuple[str, list[Any]]:
         """The query for one side of the horizon: ``batch`` (time < H) or ``speed`` (time >= H)."""
         table = STORE_TABLE_BY_NAME[self.view]
-        time = f'"{self.time_column}"'
+        time = f'"{table.name}"."{self.time_column}"'  # the stored column, not its wire alias
         conditions = [f"{time} >= ?", f"{time} < ?"]
         params: list[Any] = [naive_utc(self.start), naive_utc(self.end)]
         for column, value in sorted(self.filters.items()):
             assert column in table.column_names  # names come from code, values are parameters
-            conditions.append(f'"{column}" = ?')
+            conditions.append(f'"{table.name}"."{column}" = ?')
             params.append(value)
         conditions.append(f"{time} < ?" if side == "batch" else f"{time} >= ?")
-        columns = ", ".join(f'"{name}"' for name in table.column_names)
-        order = ", ".join(f'"{name}"' for name in table.key)
+        columns = ", ".join(
+            _selected(name, sql_type, self.wire) for name, sql_type in table.columns
+        )
+        order = ", ".join(f'"{table.name}"."{name}"' for name in table.key)
         where = " AND ".join(conditions)
         text = f'SELECT {columns} FROM "{table.name}" WHERE {where} ORDER BY {order}'
         if self.limit is not None:
             text += " LIMIT ?"
         return text, params
+
+
+def _selected(name: str, sql_type: str, wire: bool) -> str:
+    column = f'"{name}"'
+    if wire and sql_type.startswith("TIMESTAMP"):
+        return f"strftime({column}, '{INSTANT_STRFTIME}') AS {column}"
+    if wire and sql_type.startswith("DECIMAL"):
+        return f"CAST({column} AS VARCHAR) AS {column}"
+    return column
 
 
 def _fetch(cursor: duckdb.DuckDBPyConnection, text: str, params: list[Any]) -> list[Row]:
@@ -81,8 +103,8 @@ def merged_rows(
 ) -> Merged:
     """Batch rows before the horizon, speed rows from it (``shared.merge``), rolled up if asked."""
     final_limit = query.limit
-    if roll_up_to is not None:  # rolled-up buckets are counted after the merge
-        query = replace(query, limit=None)
+    if roll_up_to is not None:  # rolled-up buckets are counted (and typed) after the merge
+        query = replace(query, limit=None, wire=False)
     horizon = batch.version.horizon if batch is not None else None
     boundary = naive_utc(horizon) if horizon is not None else datetime.min
     limit = [query.limit] if query.limit is not None else []
@@ -96,12 +118,14 @@ def merged_rows(
     if horizon is None or query.end > horizon:
         text, params = query.sql("speed")
         speed_rows = _fetch(speed.cursor(), text, [*params, boundary, *limit])
-    rows = merge_at_horizon(
-        batch_rows, speed_rows, boundary if horizon is not None else None, query.time_column
-    )
+    if horizon is None:
+        merge_horizon: datetime | str | None = None
+    else:  # the horizon in the same form as the rows' times
+        merge_horizon = format_instant(horizon) if query.wire else boundary
+    rows = merge_at_horizon(batch_rows, speed_rows, merge_horizon, query.time_column)
     if roll_up_to is not None:
         rows = roll_up_booth_stats(rows, roll_up_to)
-    else:
+    elif batch_rows and speed_rows:  # each store's rows come in key order; two interleave
         key = STORE_TABLE_BY_NAME[query.view].key
         rows.sort(key=lambda row: tuple(row[name] for name in key))
     if final_limit is not None:

@@ -179,6 +179,13 @@ def event_type_of(event: Event) -> EventType:
 # --- JSON wire format ---------------------------------------------------------
 
 
+INSTANT_STRFTIME = "%Y-%m-%dT%H:%M:%S.%gZ"
+""":func:`format_instant`'s format in DuckDB's ``strftime`` spelling (``%g``: milliseconds).
+
+For zone-less UTC ``TIMESTAMP`` columns, so a store can hand out wire-ready
+instants; a unit test holds the two spellings to the same output."""
+
+
 def format_instant(instant: datetime) -> str:
     """ISO-8601 UTC with milliseconds, e.g. ``2026-11-22T08:15:00.250Z``."""
     if instant.tzinfo is not UTC:

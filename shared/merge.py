@@ -30,19 +30,20 @@ class Source(StrEnum):
 def merge_at_horizon(
     batch_rows: Iterable[Mapping[str, Any]],
     speed_rows: Iterable[Mapping[str, Any]],
-    horizon: datetime | None,
+    horizon: datetime | str | None,
     time_column: str,
 ) -> list[Row]:
-    """Batch rows before the horizon plus speed rows from it, each tagged with its source."""
+    """Batch rows before the horizon plus speed rows from it, each tagged with its source.
+
+    Times and horizon are datetimes, or ISO-8601 UTC strings of one fixed format
+    (``shared.events.format_instant``), which order exactly as their instants.
+    """
     merged: list[Row] = []
+    batch, speed = Source.BATCH.value, Source.SPEED.value  # looked up once, not per row
     if horizon is not None:
-        merged += [
-            {**row, "source": Source.BATCH.value}
-            for row in batch_rows
-            if row[time_column] < horizon
-        ]
+        merged += [{**row, "source": batch} for row in batch_rows if row[time_column] < horizon]
     merged += [
-        {**row, "source": Source.SPEED.value}
+        {**row, "source": speed}
         for row in speed_rows
         if horizon is None or row[time_column] >= horizon
     ]

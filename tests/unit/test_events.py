@@ -4,9 +4,11 @@ import json
 from datetime import UTC, datetime
 from decimal import Decimal
 
+import duckdb
 from pyspark.sql import types as T
 
 from shared.events import (
+    INSTANT_STRFTIME,
     TOLL_ENTRY,
     TOLL_EXIT,
     VEHICLE_REGISTRATION,
@@ -62,6 +64,25 @@ def test_instants_are_utc_with_milliseconds() -> None:
         "2026-11-22T08:15:00.250Z"
     )
     assert format_instant(datetime(2026, 11, 22, 8, 15, tzinfo=UTC)) == "2026-11-22T08:15:00.000Z"
+
+
+def test_duckdb_formats_instants_as_format_instant_does() -> None:
+    moments = [
+        datetime(2026, 11, 22, 8, 15, 0, 250_999),
+        datetime(2026, 11, 22, 8, 15),
+        datetime(999, 1, 2, 3, 4, 5, 6_000),
+    ]
+    with duckdb.connect() as connection:
+        formatted = [
+            connection.execute("SELECT strftime(?::TIMESTAMP, ?)", [m, INSTANT_STRFTIME]).fetchone()
+            for m in moments
+        ]
+    assert formatted == [
+        ("2026-11-22T08:15:00.250Z",),
+        ("2026-11-22T08:15:00.000Z",),
+        ("0999-01-02T03:04:05.006Z",),
+    ]
+    assert [format_instant(m.replace(tzinfo=UTC)) for m in moments] == [f for (f,) in formatted]
 
 
 def test_entry_encodes_to_compact_utf8_json() -> None:

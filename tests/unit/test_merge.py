@@ -42,6 +42,24 @@ def test_batch_below_the_horizon_speed_from_it() -> None:
     ]
 
 
+def test_wire_strings_merge_as_their_instants() -> None:
+    """The serving layer reads instants as ISO-8601 strings; the rule must pick the same rows."""
+
+    def wire(row: dict[str, Any]) -> dict[str, Any]:
+        return {**row, "window_start": row["window_start"].strftime("%Y-%m-%dT%H:%M:%S.000Z")}
+
+    merged = merge_at_horizon(
+        [wire(r) for r in BATCH], [wire(r) for r in SPEED], "2026-01-06T00:00:00.000Z",
+        "window_start",
+    )  # fmt: skip
+    assert [(r["window_start"], r["vehicle_count"], r["source"]) for r in merged] == [
+        ("2026-01-05T23:50:00.000Z", 3, "batch"),
+        ("2026-01-05T23:55:00.000Z", 1, "batch"),
+        ("2026-01-06T00:00:00.000Z", 2, "speed"),
+        ("2026-01-06T00:05:00.000Z", 4, "speed"),
+    ]
+
+
 def test_batch_rows_at_or_after_the_horizon_are_ignored() -> None:
     late_batch = [stats("b1", "2026-01-06T00:00", 50, "1.00")]
     merged = merge_at_horizon(late_batch, [], H, "window_start")
