@@ -111,19 +111,27 @@ def _trip_condition(max_trip: timedelta) -> Column:
     )
 
 
-def entries_with_exits(entries: DataFrame, exits: DataFrame, max_trip: timedelta) -> DataFrame:
-    """Every (entry, exit) pair of one booth and plate with the exit in [entry, entry + max_trip].
+def trip_matches(entries: DataFrame, exits: DataFrame, max_trip: timedelta, how: str) -> DataFrame:
+    """Entries joined (``inner`` or ``left_outer``) to each exit that can end their trip.
 
-    An inner, time-bounded join: streaming Spark can run it with watermarks on
-    both sides and evicts state older than ``max_trip``.
+    An exit can end a trip if it is of the entry's booth and plate with its time
+    in [entry_time, entry_time + max_trip]. The join is time-bounded: streaming
+    Spark runs it with watermarks on both sides and evicts state older than
+    ``max_trip``, emitting an unmatched entry (``left_outer``: ``exit_time``
+    null) once the watermark passes entry_time + max_trip.
     """
     entry, exit_ = entries.alias("entry"), exits.alias("exit")
-    return entry.join(exit_, _trip_condition(max_trip)).select(
+    return entry.join(exit_, _trip_condition(max_trip), how).select(
         F.col("entry.booth_id").alias("booth_id"),
         F.col("entry.license_plate").alias("license_plate"),
         F.col("entry.entry_time").alias("entry_time"),
         F.col("exit.exit_time").alias("exit_time"),
     )
+
+
+def entries_with_exits(entries: DataFrame, exits: DataFrame, max_trip: timedelta) -> DataFrame:
+    """Every (entry, exit) pair of one booth and plate, exit in [entry, entry + max_trip]."""
+    return trip_matches(entries, exits, max_trip, "inner")
 
 
 def trip_duration_seconds(entry_time: Column, exit_time: Column) -> Column:
@@ -167,6 +175,14 @@ REGISTRATION_COLUMNS = (
 )
 ENTRY_COLUMNS = ("event_id", "booth_id", "license_plate", "entry_time")
 REGISTRATION_AT_ENTRY_COLUMNS = (*ENTRY_COLUMNS, "registration_id", "expired")
+
+VIEW_INPUTS: dict[str, tuple[str, ...]] = {
+    "toll_entry": (*ENTRY_COLUMNS, "toll"),
+    "toll_exit": ("booth_id", "license_plate", "exit_time"),
+    "vehicle_registration": REGISTRATION_COLUMNS,
+}
+"""The event columns (by event type name) that :func:`all_views` reads: a caller that keeps
+deduplicated events for several views keeps these and drops the rest."""
 
 
 def registration_at_entry(entries: pd.DataFrame, registrations: pd.DataFrame) -> pd.DataFrame:
@@ -243,20 +259,14 @@ def unregistered_at_entry(at_entry: DataFrame) -> DataFrame:
 
 
 def missing_exits(entries: DataFrame, exits: DataFrame, max_trip: timedelta) -> DataFrame:
-    """Diagnostic rows for entries with no exit within max_trip.
+    """Diagnostic rows for entries with no exit within max_trip."""
+    return unmatched_entries(trip_matches(entries, exits, max_trip, "left_outer"))
 
-    A left outer, time-bounded join keeping the unmatched entries: streaming
-    Spark emits an unmatched entry once the watermark passes entry_time + max_trip.
-    """
-    entry, exit_ = entries.alias("entry"), exits.alias("exit")
-    return (
-        entry.join(exit_, _trip_condition(max_trip), "left_outer")
-        .where(F.col("exit.event_id").isNull())
-        .select(
-            F.col("entry.booth_id").alias("booth_id"),
-            F.col("entry.entry_time").alias("entry_time"),
-            F.lit(DiagnosticReason.MISSING_EXIT.value).alias("reason"),
-        )
+
+def unmatched_entries(matches: DataFrame) -> DataFrame:
+    """Diagnostic rows for the entries a left outer :func:`trip_matches` found no exit for."""
+    return matches.where(F.col("exit_time").isNull()).select(
+        "booth_id", "entry_time", F.lit(DiagnosticReason.MISSING_EXIT.value).alias("reason")
     )
 
 
@@ -269,18 +279,10 @@ def count_diagnostics(rows: DataFrame, window: timedelta) -> DataFrame:
     )
 
 
-def diagnostics_from(
-    entries: DataFrame,
-    exits: DataFrame,
-    at_entry: DataFrame,
-    window: timedelta,
-    max_trip: timedelta,
-) -> DataFrame:
-    """``diagnostics`` from the entries' registration lookup (:func:`registrations_at_entry`)."""
-    return count_diagnostics(
-        missing_exits(entries, exits, max_trip).unionByName(unregistered_at_entry(at_entry)),
-        window,
-    )
+def diagnostics_from(exitless: DataFrame, at_entry: DataFrame, window: timedelta) -> DataFrame:
+    """``diagnostics`` from the entries missing an exit (:func:`missing_exits`) and the
+    entries' registration lookup (:func:`registrations_at_entry`)."""
+    return count_diagnostics(exitless.unionByName(unregistered_at_entry(at_entry)), window)
 
 
 def diagnostics(
@@ -292,7 +294,7 @@ def diagnostics(
 ) -> DataFrame:
     """Counts of entries that miss an exit (within max_trip) or a registration, per window."""
     at_entry = registrations_at_entry(entries, registrations)
-    return diagnostics_from(entries, exits, at_entry, window, max_trip)
+    return diagnostics_from(missing_exits(entries, exits, max_trip), at_entry, window)
 
 
 def all_views(
@@ -304,13 +306,17 @@ def all_views(
 ) -> dict[str, DataFrame]:
     """Every view of DESIGN.md over static, deduplicated events: the definition of truth.
 
-    The registration lookup feeds two views; it is computed once and persisted
-    (``spark.catalog.clearCache()`` or ``unpersist`` releases it).
+    Two intermediate results feed two views each, so they are computed once and
+    persisted (``spark.catalog.clearCache()`` or ``unpersist`` releases them):
+    the registration lookup, and one left outer trip join whose matched pairs
+    give ``vehicle_trips`` and whose unmatched entries give the missing exits.
     """
-    at_entry = registrations_at_entry(entries, registrations).persist(StorageLevel.MEMORY_AND_DISK)
+    keep = StorageLevel.MEMORY_AND_DISK
+    at_entry = registrations_at_entry(entries, registrations).persist(keep)
+    matches = trip_matches(entries, exits, max_trip, "left_outer").persist(keep)
     return {
         "booth_stats": booth_stats(entries, window),
-        "vehicle_trips": vehicle_trips(entries, exits, max_trip),
+        "vehicle_trips": earliest_exits(matches.where(F.col("exit_time").isNotNull())),
         "expired_registrations": expired_at_entry(at_entry),
-        "diagnostics": diagnostics_from(entries, exits, at_entry, window, max_trip),
+        "diagnostics": diagnostics_from(unmatched_entries(matches), at_entry, window),
     }
