@@ -141,6 +141,12 @@ def empty_store_tables() -> dict[str, pa.Table]:
     return tables
 
 
+ROW_GROUP_ROWS = 16_384
+"""Rows per row group in a version file (DuckDB's default: 122,880). The API reads
+a booth or a day at a time from tables stored in key order, and DuckDB skips row
+groups by their min/max: a booth-day query measured 2.2 -> 1.5 ms."""
+
+
 def _copy_table(
     connection: duckdb.DuckDBPyConnection, table_name: str, fresh: pa.Table, has_previous: bool
 ) -> None:
@@ -185,7 +191,11 @@ def publish_version(
         horizon = max(horizon, previous.horizon)
     temporary = versions / f".{number:08d}.duckdb.tmp"
 
-    with duckdb.connect(str(temporary)) as connection:
+    with duckdb.connect() as connection:
+        connection.execute(
+            f"ATTACH ? AS version (ROW_GROUP_SIZE {ROW_GROUP_ROWS})", [str(temporary)]
+        )
+        connection.execute("USE version")
         connection.execute("CREATE TEMP TABLE recomputed (day DATE)")
         if recomputed_dates:
             connection.executemany(
