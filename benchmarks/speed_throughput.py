@@ -150,7 +150,7 @@ def main() -> None:
             ]
         finally:
             if job is not None:
-                os.killpg(job.pid, signal.SIGTERM)
+                job.send_signal(signal.SIGTERM)  # the driver stops its queries, then its JVM
                 try:
                     job.wait(timeout=60)
                 except subprocess.TimeoutExpired:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import threading
 from datetime import timedelta
 from types import FrameType
 
@@ -40,6 +41,9 @@ from speed_layer.registrations import (
 from speed_layer.speed_store import dead_letter_writer, view_writer
 
 logger = logging.getLogger("lambdaline.speed")
+
+STOP_POLL_S = 1
+"""How often the main thread looks for a stop request while the queries run."""
 
 
 def read_input_topics(
@@ -138,27 +142,30 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
     # continuous: everything at once; available-now: drain phase by phase
     phases = [first_phase, second_phase] if available_now else [first_phase + second_phase]
     started: list[StreamingQuery] = []
-    stopping = False
+    stop_requested = threading.Event()
 
-    def stop(signum: int, frame: FrameType | None) -> None:
-        nonlocal stopping
-        stopping = True
+    def request_stop(signum: int, frame: FrameType | None) -> None:
+        # only a flag: the main thread is inside a py4j call (awaitTermination),
+        # and calling Spark from here would reenter that call's connection
         log_event(logger, "speed_stopping", signal=signal.Signals(signum).name)
-        for query in started:
-            query.stop()
+        stop_requested.set()
 
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         for phase in phases:
-            if stopping:
+            if stop_requested.is_set():
                 break
             queries = [_started(writer, settings, available_now) for writer in phase]
             started += queries
             for query in queries:
-                query.awaitTermination()
+                while not stop_requested.is_set() and not query.awaitTermination(STOP_POLL_S):
+                    pass
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        for query in started:  # on a stop request, or when one query failed
+            if query.isActive:
+                query.stop()
         listener.wait_for_terminations(str(query.id) for query in started)
         spark.streams.removeListener(listener)
         listener.close()

@@ -60,7 +60,9 @@ class ProgressPublisher(StreamingQueryListener):
 
     def onQueryProgress(self, event: Any) -> None:  # noqa: N802
         record = progress_record(event.progress)
-        log_event(logger, "micro_batch", **record)
+        # where the batch's time went (latestOffset, getBatch, queryPlanning,
+        # addBatch, walCommit, commitOffsets...): in the log only
+        log_event(logger, "micro_batch", **record, phases_ms=dict(event.progress.durationMs))
         key = (record["query"] or "unnamed").encode()
         self.producer.send(self.topic, key=key, value=json.dumps(record).encode())
 

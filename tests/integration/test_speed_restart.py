@@ -133,3 +133,40 @@ def test_kill_9_mid_stream_then_restart_equals_an_uninterrupted_run(
         return {(d["source_topic"], d["source_partition"], d["source_offset"]) for d in letters}
 
     assert dead_letter_sources(interrupted) == dead_letter_sources(uninterrupted)
+
+
+def test_sigterm_stops_every_query_cleanly(kafka: Settings, tmp_path: Path) -> None:
+    settings = isolated_settings(kafka, tmp_path / "stopped")
+    send_to_kafka(
+        GeneratorConfig(events=200, seed=9, plates=50, start=datetime(2026, 1, 6, 6, tzinfo=UTC)),
+        settings,
+        workers=1,
+    )
+    log_path = tmp_path / "speed.log"
+    with log_path.open("wb") as log:
+        driver = subprocess.Popen(
+            [sys.executable, "-m", "lambdaline.cli", "speed", "run"],
+            env=environment_of(settings), stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+    try:
+        wait_for_batches(settings, "speed.booth_stats", batches=1, timeout_s=240)
+        driver.send_signal(signal.SIGTERM)  # to the Python driver only, as a supervisor does
+        assert driver.wait(timeout=120) == 0
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait()
+    assert group_is_gone(driver.pid, timeout_s=30)
+
+    output = log_path.read_text(errors="replace")
+    events = [json.loads(line) for line in output.splitlines() if line.startswith('{"ts"')]
+    names = [event["event"] for event in events]
+    assert "speed_stopping" in names
+    assert names[-1] == "speed_stopped"
+    started = {event["id"] for event in events if event["event"] == "query_started"}
+    terminated = {event["id"]: event for event in events if event["event"] == "query_terminated"}
+    assert len(started) == 6
+    assert set(terminated) == started
+    assert all(event["exception"] is None for event in terminated.values())
+    assert "Traceback" not in output
