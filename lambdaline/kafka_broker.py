@@ -37,6 +37,7 @@ from shared.settings import Settings
 NODE_ID = 1
 _MAIN_CLASS = "kafka.Kafka"
 _STORAGE_TOOL = "kafka.tools.StorageTool"
+_KILL_WAIT_S = 30.0
 
 _LOG4J2 = """\
 status = warn
@@ -173,6 +174,29 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
+def _gone(pid: int, paths: BrokerPaths) -> bool:
+    """True once the broker has fully exited.
+
+    Our own child counts as gone only once reaped: an exiting JVM has already
+    lost its command line while the kernel is still tearing it down, so
+    "not our broker any more" alone would leave a zombie behind.
+    """
+    try:
+        reaped, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:  # not our child: whoever started it reaps it
+        return not _is_our_broker(pid, paths)
+    return reaped == pid
+
+
+def _wait_gone(pid: int, paths: BrokerPaths, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while not _gone(pid, paths):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
 def _answers(settings: Settings, timeout_ms: int = 2000) -> bool:
     """True if the cluster answers a cluster description."""
     probe = settings.model_copy(update={"kafka_timeout": timedelta(milliseconds=timeout_ms)})
@@ -273,15 +297,12 @@ def start(settings: Settings) -> BrokerStatus:
 def _terminate(pid: int, paths: BrokerPaths, grace_seconds: float) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_seconds
-    while time.monotonic() < deadline and _is_our_broker(pid, paths):
-        time.sleep(0.2)
-    if _is_our_broker(pid, paths):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        while _is_our_broker(pid, paths):
-            time.sleep(0.1)
-    _reap(pid)
+    if not _wait_gone(pid, paths, grace_seconds):
+        if _is_our_broker(pid, paths):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if not _wait_gone(pid, paths, _KILL_WAIT_S):
+            raise BrokerError(f"the broker (pid {pid}) did not exit after SIGKILL")
     paths.pid_file.unlink(missing_ok=True)
 
 
