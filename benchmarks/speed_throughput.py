@@ -14,7 +14,11 @@ time is when the event was sent) for `--seconds`, then reports:
   (Kafka end offsets minus the offsets of its last reported micro-batch);
 - event-to-speed-store latency p50/p99: for every speed.booth_stats record
   written during the step, its Kafka timestamp (when Spark wrote it) minus the
-  newest entry_time it covers (when that event was sent).
+  newest entry_time it covers (when that event was sent);
+- where the CPU went during the step, in cores: the Spark JVM, its Python
+  workers (pandas state of the registration query), the speed job's Python
+  driver, the broker and the generator (this process and its producer
+  processes). On a 2-core machine they compete for the same two cores.
 
 Everything it starts it stops, by pid.
 """
@@ -24,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -35,20 +40,19 @@ from typing import Any
 
 from kafka import KafkaConsumer, TopicPartition
 
+from lambdaline.bench.measure import (
+    cpu_seconds_by_process,
+    cpu_seconds_of_tree,
+    own_cpu_seconds,
+    percentile,
+)
 from lambdaline.generator import GeneratorConfig, send_to_kafka
-from lambdaline.kafka_broker import ephemeral_broker
+from lambdaline.kafka_broker import ephemeral_broker, status
 from lambdaline.topics import create_topics
 from shared.settings import Settings
 from shared.topics import speed_topic
 
 RECORDS_PER_ENTRY = 2.05  # entries, exits, registrations, 1 % duplicates, 1 % malformed
-
-
-def _percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def _read(settings: Settings, topic: str) -> list[Any]:
@@ -69,11 +73,27 @@ def _end_offsets(settings: Settings, topic: str) -> int:
     return total
 
 
+def _cpu_seconds(job_pid: int, broker_pid: int) -> dict[str, float]:
+    """CPU seconds so far of each part of the run, by role."""
+    roles = {"spark_jvm": 0.0, "python_workers": 0.0, "speed_driver": 0.0}
+    for command, seconds in cpu_seconds_by_process(job_pid).values():
+        if "pyspark.daemon" in command or "pyspark.worker" in command:
+            roles["python_workers"] += seconds
+        elif command.split(" ", 1)[0].endswith("/java"):
+            roles["spark_jvm"] += seconds
+        else:
+            roles["speed_driver"] += seconds
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)  # the reaped producer processes
+    roles["broker"] = cpu_seconds_of_tree(broker_pid)
+    roles["generator"] = own_cpu_seconds() + children.ru_utime + children.ru_stime
+    return roles
+
+
 def _ms(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000
 
 
-def measure_step(settings: Settings, rate: int, seconds: int, began_ms: float) -> dict[str, Any]:
+def measure_step(settings: Settings, rate: int, seconds: int, job_pid: int) -> dict[str, Any]:
     """Stream at `rate` records/s for `seconds`, then read what the speed job reported."""
     start = datetime.now(UTC)
     config = GeneratorConfig(
@@ -81,10 +101,16 @@ def measure_step(settings: Settings, rate: int, seconds: int, began_ms: float) -
         traffic=rate / RECORDS_PER_ENTRY, speedup=1.0, late=0.0, plates=5000,
         duration=timedelta(seconds=seconds),  # exits of trips still open are not waited for
     )  # fmt: skip
+    broker_pid = status(settings).pid
+    if broker_pid is None:
+        raise RuntimeError(f"the benchmark's broker at {settings.kafka_bootstrap} is not running")
+    cpu_before = _cpu_seconds(job_pid, broker_pid)
     step_began = time.time() * 1000
     send_to_kafka(config, settings)
     time.sleep(5)  # let the last micro-batches report
     step_ended = time.time() * 1000
+    cpu_after = _cpu_seconds(job_pid, broker_pid)
+    step_s = (step_ended - step_began) / 1000
 
     progress = [json.loads(r.value) for r in _read(settings, settings.topics.speed_progress)]
     stats = [
@@ -107,12 +133,15 @@ def measure_step(settings: Settings, rate: int, seconds: int, began_ms: float) -
     durations = [p["batch_duration_ms"] / 1000 for p in with_input]
     return {
         "offered_records_per_s": rate,
-        "processed_entry_rows_per_s": round(processed / ((step_ended - step_began) / 1000)),
+        "processed_entry_rows_per_s": round(processed / step_s),
         "microbatches": len(with_input),
-        "microbatch_s": {"p50": _percentile(durations, 0.5), "p99": _percentile(durations, 0.99)},
+        "microbatch_s": {"p50": percentile(durations, 0.5), "p99": percentile(durations, 0.99)},
         "entries_backlog_at_end": backlog,
-        "latency_s": {"p50": _percentile(latencies, 0.5), "p99": _percentile(latencies, 0.99)},
+        "latency_s": {"p50": percentile(latencies, 0.5), "p99": percentile(latencies, 0.99)},
         "latency_samples": len(latencies),
+        "cpu_cores": {
+            role: round((cpu_after[role] - cpu_before[role]) / step_s, 2) for role in cpu_after
+        },
     }
 
 
@@ -143,9 +172,8 @@ def main() -> None:
                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                 )  # fmt: skip
             time.sleep(30)  # start-up: JVM, six queries planned
-            began = time.time() * 1000
             results = [
-                measure_step(settings, int(rate), args.seconds, began)
+                measure_step(settings, int(rate), args.seconds, job.pid)
                 for rate in args.rates.split(",")
             ]
         finally:

@@ -38,7 +38,7 @@ from speed_layer.registrations import (
     registrations_at_entry_stream,
     unregistered_entry_counts,
 )
-from speed_layer.speed_store import dead_letter_writer, view_writer
+from speed_layer.speed_store import brief_java_errors, dead_letter_writer, view_writer
 
 logger = logging.getLogger("lambdaline.speed")
 
@@ -126,7 +126,7 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
         view_writer("vehicle_trips", trips, settings, output_mode="append"),
         registration_decisions.writeStream.queryName("speed.expired_registrations")
         .outputMode("append")
-        .foreachBatch(publish_registration_decisions(settings))
+        .foreachBatch(brief_java_errors(publish_registration_decisions(settings)))
         .option("checkpointLocation", str(settings.checkpoints_dir / "speed" / "registrations")),
         view_writer(
             "diagnostics", exitless, settings, output_mode="append",

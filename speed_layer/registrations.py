@@ -14,7 +14,7 @@ same function the batch layer calls.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -35,7 +35,12 @@ from shared.views import (
     registration_at_entry,
     unregistered_at_entry,
 )
-from speed_layer.speed_store import JSON_OPTIONS, kafka_sink_options, publish_view
+from speed_layer.speed_store import (
+    JSON_OPTIONS,
+    MicroBatchFunction,
+    kafka_sink_options,
+    publish_view,
+)
 
 STATE_SCHEMA = "registrations string, pending string"
 """JSON lists: registrations [ms, registration_id, expired, event_id];
@@ -145,7 +150,7 @@ def decide_registrations(
         state.setTimeoutTimestamp(min(entry[2] for entry in pending))
 
 
-def publish_registration_decisions(settings: Settings) -> Callable[[DataFrame, int], None]:
+def publish_registration_decisions(settings: Settings) -> MicroBatchFunction:
     """foreachBatch: expired entries to the speed store, unregistered ones to the internal topic.
 
     The decisions leave the state operator behind its watermark (that is when they

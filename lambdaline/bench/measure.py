@@ -33,16 +33,27 @@ def process_tree(root: int) -> list[int]:
     return tree
 
 
-def cpu_seconds_of_tree(root: int) -> float:
-    """CPU seconds of a process and its descendants (live ones, and the reaped ones)."""
-    total = 0
+def cpu_seconds_by_process(root: int) -> dict[int, tuple[str, float]]:
+    """Command line and CPU seconds of a process and each live descendant.
+
+    A process's seconds include its reaped children's, so a short-lived helper
+    counts towards whoever started it and nothing is counted twice.
+    """
+    found = {}
     for pid in process_tree(root):
         try:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        total += sum(int(value) for value in fields[11:15])  # utime stime cutime cstime
-    return total / CLOCK_TICKS
+        ticks = sum(int(value) for value in fields[11:15])  # utime stime cutime cstime
+        found[pid] = (command, ticks / CLOCK_TICKS)
+    return found
+
+
+def cpu_seconds_of_tree(root: int) -> float:
+    """CPU seconds of a process and its descendants (live ones, and the reaped ones)."""
+    return sum(seconds for _, seconds in cpu_seconds_by_process(root).values())
 
 
 def own_cpu_seconds() -> float:

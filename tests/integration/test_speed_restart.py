@@ -160,7 +160,10 @@ def test_sigterm_stops_every_query_cleanly(kafka: Settings, tmp_path: Path) -> N
     assert group_is_gone(driver.pid, timeout_s=30)
 
     output = log_path.read_text(errors="replace")
-    events = [json.loads(line) for line in output.splitlines() if line.startswith('{"ts"')]
+    # the JVM's stderr shares the file: a log line may follow its text on one line
+    events = [
+        json.loads(line[line.index('{"ts"') :]) for line in output.splitlines() if '{"ts"' in line
+    ]
     names = [event["event"] for event in events]
     assert "speed_stopping" in names
     assert names[-1] == "speed_stopped"
@@ -170,3 +173,6 @@ def test_sigterm_stops_every_query_cleanly(kafka: Settings, tmp_path: Path) -> N
     assert set(terminated) == started
     assert all(event["exception"] is None for event in terminated.values())
     assert "Traceback" not in output
+    # a thread dying on stop (Spark 4.0's stop check overflowed the stack on long
+    # Python errors) prints this; nothing may
+    assert "Exception in thread" not in output
