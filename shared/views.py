@@ -27,7 +27,6 @@ from __future__ import annotations
 from datetime import timedelta
 from enum import StrEnum
 
-import pandas as pd
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -185,55 +184,41 @@ VIEW_INPUTS: dict[str, tuple[str, ...]] = {
 deduplicated events for several views keeps these and drops the rest."""
 
 
-def registration_at_entry(entries: pd.DataFrame, registrations: pd.DataFrame) -> pd.DataFrame:
+def registrations_at_entry(entries: DataFrame, registrations: DataFrame) -> DataFrame:
     """The registration rule, written once: each entry's latest registration at entry time.
 
     For every entry, the registration of its plate with the greatest
     registration_time <= entry_time (ties broken by registration_id, then
-    event_id, greatest wins), or none. Both layers call this function: the
-    batch layer per plate through ``cogroup().applyInPandas``, the speed layer
-    from its per-plate state (``applyInPandasWithState``).
+    event_id, greatest wins), or none (``registration_id`` and ``expired``
+    null). Each entry is left-outer-joined to every registration it could use,
+    and the greatest (time, id, event id) of them wins: a ``max`` over structs,
+    which compare field by field.
+
+    Streaming runs the same plan when both sides carry one watermark (see
+    ``speed_layer.registrations``): an entry is emitted, as unmatched if so, once
+    the watermark passes its entry_time, and the aggregation then emits it once.
+    Registrations stay in the join's state: a later entry may need any of them.
     """
-    columns = REGISTRATION_AT_ENTRY_COLUMNS
-    if entries.empty:
-        return pd.DataFrame({name: pd.Series(dtype="object") for name in columns})
-    left = entries.loc[:, list(ENTRY_COLUMNS)].sort_values("entry_time", kind="stable")
-    right = (
-        registrations.loc[:, list(REGISTRATION_COLUMNS)]
-        .rename(columns={"license_plate": "plate", "event_id": "registration_event_id"})
-        .sort_values(["registration_time", "registration_id", "registration_event_id"])
+    entry = entries.select(*ENTRY_COLUMNS).alias("entry")
+    registration = registrations.select(*REGISTRATION_COLUMNS).alias("registration")
+    applies = (F.col("entry.license_plate") == F.col("registration.license_plate")) & (
+        F.col("registration.registration_time") <= F.col("entry.entry_time")
     )
-    right["registration_time"] = right["registration_time"].astype(left["entry_time"].dtype)
-    matched = pd.merge_asof(
-        left,
-        right,
-        left_on="entry_time",
-        right_on="registration_time",
-        left_by="license_plate",
-        right_by="plate",
-        direction="backward",
-        allow_exact_matches=True,
+    candidate = F.struct(
+        F.col("registration.registration_time").alias("time"),
+        F.col("registration.registration_id").alias("registration_id"),
+        F.col("registration.event_id").alias("event_id"),
+        F.col("registration.expired").alias("expired"),
     )
-    matched["expired"] = matched["expired"].astype("boolean")
-    return matched.loc[:, list(columns)]
-
-
-PLATE_BUCKETS = 16
-"""Groups the static registration lookup hands to pandas: plates hashed into
-buckets, so Python is called per bucket (thousands of rows) instead of per
-plate (a few rows and a millisecond of overhead each)."""
-
-
-def registrations_at_entry(
-    entries: DataFrame, registrations: DataFrame, buckets: int = PLATE_BUCKETS
-) -> DataFrame:
-    """:func:`registration_at_entry` over static DataFrames, a bucket of plates at a time."""
-    bucket = (F.abs(F.hash("license_plate")) % buckets).alias("_plate_bucket")
     return (
-        entries.select(*ENTRY_COLUMNS, bucket)
-        .groupBy("_plate_bucket")
-        .cogroup(registrations.select(*REGISTRATION_COLUMNS, bucket).groupBy("_plate_bucket"))
-        .applyInPandas(registration_at_entry, REGISTRATION_AT_ENTRY_SCHEMA)
+        entry.join(registration, applies, "left_outer")
+        .select(
+            *(F.col(f"entry.{name}").alias(name) for name in ENTRY_COLUMNS),
+            candidate.alias("candidate"),
+        )
+        .groupBy(*ENTRY_COLUMNS)
+        .agg(F.max("candidate").alias("latest"))
+        .select(*ENTRY_COLUMNS, "latest.registration_id", "latest.expired")
     )
 
 

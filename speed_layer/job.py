@@ -33,7 +33,6 @@ from shared.views import (
 )
 from speed_layer.progress import ProgressPublisher
 from speed_layer.registrations import (
-    plate_events,
     publish_registration_decisions,
     registrations_at_entry_stream,
     unregistered_entry_counts,
@@ -105,14 +104,13 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
     entries = with_event_time(entry_events, TOLL_ENTRY, settings.watermark)
     trip_entries = with_event_time(trip_events.of(TOLL_ENTRY), TOLL_ENTRY, settings.watermark)
     trip_exits = with_event_time(trip_events.of(TOLL_EXIT), TOLL_EXIT, settings.watermark)
-    plates = plate_events(
-        plate_sources.of(TOLL_ENTRY), plate_sources.of(VEHICLE_REGISTRATION), settings.watermark
-    )
 
     # compute views
     stats = booth_stats(entries, settings.window)
     trips = vehicle_trips(trip_entries, trip_exits, settings.max_trip)
-    registration_decisions = registrations_at_entry_stream(plates)
+    registration_decisions = registrations_at_entry_stream(
+        plate_sources.of(TOLL_ENTRY), plate_sources.of(VEHICLE_REGISTRATION), settings.watermark
+    )
     exitless = count_diagnostics(
         missing_exits(trip_entries, trip_exits, settings.max_trip), settings.window
     )

@@ -1,131 +1,77 @@
-"""The registration rule as a plain pandas function (no Spark)."""
+"""The registration rule (``shared.views.registrations_at_entry``) on static DataFrames.
+
+Every expected row is written by hand from the events listed in the test.
+"""
 
 from __future__ import annotations
 
 from datetime import datetime
 
-import pandas as pd
+from pyspark.sql import DataFrame, SparkSession
 
-from shared.views import registration_at_entry
+from shared.views import registrations_at_entry
 
-
-def frame(rows: list[dict[str, object]], columns: list[str]) -> pd.DataFrame:
-    return pd.DataFrame(rows, columns=columns)
-
-
-ENTRY_COLUMNS = ["event_id", "booth_id", "license_plate", "entry_time"]
-REGISTRATION_COLUMNS = [
-    "license_plate",
-    "registration_time",
-    "registration_id",
-    "expired",
-    "event_id",
-]
+ENTRY_SCHEMA = "event_id string, booth_id string, license_plate string, entry_time timestamp"
+REGISTRATION_SCHEMA = (
+    "license_plate string, registration_time timestamp, registration_id string, "
+    "expired boolean, event_id string"
+)
 
 
-def test_latest_registration_at_or_before_entry_applies() -> None:
-    entries = frame(
-        [
-            {
-                "event_id": "e1",
-                "booth_id": "b1",
-                "license_plate": "P1",
-                "entry_time": datetime(2026, 1, 5, 10, 0),
-            },
-            {
-                "event_id": "e2",
-                "booth_id": "b1",
-                "license_plate": "P1",
-                "entry_time": datetime(2026, 1, 5, 12, 0),
-            },
-            {
-                "event_id": "e3",
-                "booth_id": "b1",
-                "license_plate": "P1",
-                "entry_time": datetime(2026, 1, 4, 0, 0),
-            },
-        ],
-        ENTRY_COLUMNS,
+def lookup(
+    spark: SparkSession, entries: list[tuple[object, ...]], registrations: list[tuple[object, ...]]
+) -> dict[str, tuple[object, object]]:
+    """event_id -> (registration_id, expired) of the rule's result."""
+    result: DataFrame = registrations_at_entry(
+        spark.createDataFrame(entries, ENTRY_SCHEMA),
+        spark.createDataFrame(registrations, REGISTRATION_SCHEMA),
     )
-    registrations = frame(
-        [
-            {
-                "license_plate": "P1",
-                "registration_time": datetime(2026, 1, 5, 9, 0),
-                "registration_id": "R1",
-                "expired": False,
-                "event_id": "r1",
-            },
-            # recorded at the very instant of e2: applies to it (<=)
-            {
-                "license_plate": "P1",
-                "registration_time": datetime(2026, 1, 5, 12, 0),
-                "registration_id": "R2",
-                "expired": True,
-                "event_id": "r2",
-            },
-        ],
-        REGISTRATION_COLUMNS,
-    )
-    result = registration_at_entry(entries, registrations).sort_values("event_id")
-    assert list(result["registration_id"].fillna("none")) == ["R1", "R2", "none"]
-    assert list(result["expired"].astype(object).where(result["expired"].notna(), None)) == [
-        False,
-        True,
-        None,
+    return {row.event_id: (row.registration_id, row.expired) for row in result.collect()}
+
+
+def test_latest_registration_at_or_before_entry_applies(spark: SparkSession) -> None:
+    entries = [
+        ("e1", "b1", "P1", datetime(2026, 1, 5, 10, 0)),
+        ("e2", "b1", "P1", datetime(2026, 1, 5, 12, 0)),
+        ("e3", "b1", "P1", datetime(2026, 1, 4, 0, 0)),  # before any registration
+        ("e4", "b2", "P2", datetime(2026, 1, 5, 12, 0)),  # another plate's registration only
     ]
+    registrations = [
+        ("P1", datetime(2026, 1, 5, 9, 0), "R1", False, "r1"),
+        # recorded at the very instant of e2: applies to it (<=)
+        ("P1", datetime(2026, 1, 5, 12, 0), "R2", True, "r2"),
+        ("P1", datetime(2025, 6, 1, 0, 0), "R0", True, "r0"),  # older: R1 and R2 win over it
+        ("P1", datetime(2026, 1, 6, 0, 0), "R3", True, "r3"),  # after every entry
+        ("P3", datetime(2026, 1, 1, 0, 0), "R9", False, "r9"),
+    ]
+    assert lookup(spark, entries, registrations) == {
+        "e1": ("R1", False),
+        "e2": ("R2", True),
+        "e3": ("R0", True),
+        "e4": (None, None),
+    }
 
 
-def test_ties_on_registration_time_go_to_the_greatest_registration_id() -> None:
-    entries = frame(
-        [
-            {
-                "event_id": "e1",
-                "booth_id": "b1",
-                "license_plate": "P1",
-                "entry_time": datetime(2026, 1, 5),
-            }
-        ],
-        ENTRY_COLUMNS,
-    )
-    registrations = frame(
-        [
-            {
-                "license_plate": "P1",
-                "registration_time": datetime(2026, 1, 1),
-                "registration_id": "R9",
-                "expired": True,
-                "event_id": "a",
-            },
-            {
-                "license_plate": "P1",
-                "registration_time": datetime(2026, 1, 1),
-                "registration_id": "R10",
-                "expired": False,
-                "event_id": "b",
-            },
-        ],
-        REGISTRATION_COLUMNS,
-    )
-    assert list(registration_at_entry(entries, registrations)["registration_id"]) == [
-        "R9"
-    ]  # "R9" > "R10" as text
+def test_ties_on_registration_time_go_to_the_greatest_registration_id(
+    spark: SparkSession,
+) -> None:
+    entries = [("e1", "b1", "P1", datetime(2026, 1, 5))]
+    registrations = [
+        ("P1", datetime(2026, 1, 1), "R9", True, "a"),
+        ("P1", datetime(2026, 1, 1), "R10", False, "b"),
+    ]
+    assert lookup(spark, entries, registrations) == {"e1": ("R9", True)}  # "R9" > "R10" as text
 
 
-def test_no_entries_gives_no_rows_and_no_registrations_gives_nulls() -> None:
-    empty_entries = frame([], ENTRY_COLUMNS)
-    no_registrations = frame([], REGISTRATION_COLUMNS)
-    assert registration_at_entry(empty_entries, no_registrations).empty
-    entries = frame(
-        [
-            {
-                "event_id": "e1",
-                "booth_id": "b1",
-                "license_plate": "P1",
-                "entry_time": datetime(2026, 1, 5),
-            }
-        ],
-        ENTRY_COLUMNS,
-    )
-    result = registration_at_entry(entries, no_registrations)
-    assert result["registration_id"].isna().tolist() == [True]
+def test_ties_on_time_and_id_go_to_the_greatest_event_id(spark: SparkSession) -> None:
+    entries = [("e1", "b1", "P1", datetime(2026, 1, 5))]
+    registrations = [
+        ("P1", datetime(2026, 1, 1), "R1", False, "b"),
+        ("P1", datetime(2026, 1, 1), "R1", True, "a"),
+    ]
+    assert lookup(spark, entries, registrations) == {"e1": ("R1", False)}
+
+
+def test_no_entries_gives_no_rows_and_no_registrations_gives_nulls(spark: SparkSession) -> None:
+    assert lookup(spark, [], [("P1", datetime(2026, 1, 1), "R1", False, "r1")]) == {}
+    assert lookup(spark, [("e1", "b1", "P1", datetime(2026, 1, 5))], []) == {"e1": (None, None)}
