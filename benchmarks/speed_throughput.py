@@ -16,7 +16,7 @@ time is when the event was sent) for `--seconds`, then reports:
   written during the step, its Kafka timestamp (when Spark wrote it) minus the
   newest entry_time it covers (when that event was sent);
 - where the CPU went during the step, in cores: the Spark JVM, its Python
-  workers (pandas state of the registration query), the speed job's Python
+  workers (none run today: no query calls Python per row), the speed job's Python
   driver, the broker and the generator (this process and its producer
   processes). On a 2-core machine they compete for the same two cores.
 
