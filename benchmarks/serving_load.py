@@ -1,6 +1,7 @@
 """Serving-layer load: a booth-day query at increasing request rates (a measurement, not a test).
 
     .venv/bin/python benchmarks/serving_load.py [--rates 100,250,500,1000] [--seconds 10]
+        [--workers N] [--cache-mb MB]
 
 Builds a populated batch store (one published version: 50 booths x 60 days of
 5-minute booth_stats = 864,000 rows, plus 1,000,000 vehicle_trips), starts its
@@ -9,9 +10,12 @@ process group of its own, then sends `GET /v1/booths/{booth}/stats` for a random
 booth and day (288 rows) open-loop: at each rate, requests start on a fixed
 schedule whether or not earlier ones finished, and latency counts from the
 scheduled start (so a slow server cannot hide its queueing). It reports
-requests/s served, p50/p99 latency and errors per rate, and the same query run
+requests/s served, p50/p99 latency, errors and the share of answers from the
+version's result cache (``X-Cache: hit``) per rate, and the same query run
 directly in DuckDB on the version file, so the server's own overhead (HTTP,
-validation, merge, JSON) is the difference.
+validation, merge, JSON) is the difference. ``--cache-mb 0`` turns the cache
+off (every request reads DuckDB); the days are drawn at random from 3,000
+booth-days, so with the cache on, the hit rate grows as the run goes on.
 
 The load generator runs on the same 2 cores as the server. Everything it starts
 it stops, by pid.
@@ -133,6 +137,9 @@ def main() -> None:
     parser.add_argument("--rates", default="100,250,500,1000")
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
+    parser.add_argument(
+        "--cache-mb", type=int, default=None, help="LAMBDALINE_SERVING_CACHE_MB (default: 256)"
+    )
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
@@ -148,6 +155,8 @@ def main() -> None:
             **os.environ, "LAMBDALINE_STATE_DIR": str(settings.state_dir),
             "LAMBDALINE_KAFKA_BOOTSTRAP": settings.kafka_bootstrap, "LAMBDALINE_API_KEYS": API_KEY,
         }  # fmt: skip
+        if args.cache_mb is not None:
+            environment["LAMBDALINE_SERVING_CACHE_MB"] = str(args.cache_mb)
         server = subprocess.Popen(
             [sys.executable, "-m", "lambdaline.cli", "serve", "--port", str(port),
              "--workers", str(args.workers)],
@@ -168,7 +177,8 @@ def main() -> None:
                 time.sleep(0.3)
             open_loop(port, API_KEY, booth_day, 50, 2)  # warm up
             print(
-                f"{'offered req/s':>14}{'served req/s':>14}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}"
+                f"{'offered req/s':>14}{'served req/s':>14}{'p50 ms':>9}{'p99 ms':>9}"
+                f"{'errors':>8}{'cache hits':>12}"
             )
             for rate in (float(r) for r in args.rates.split(",")):
                 result = open_loop(port, API_KEY, booth_day, rate, args.seconds, ok=full_day)
@@ -176,7 +186,8 @@ def main() -> None:
                 p50, p99 = percentile(latencies, 0.5), percentile(latencies, 0.99)
                 print(
                     f"{rate:>14,.0f}{len(latencies) / wall:>14,.0f}"
-                    f"{p50 * 1000:>9.1f}{p99 * 1000:>9.1f}{errors:>8}",
+                    f"{p50 * 1000:>9.1f}{p99 * 1000:>9.1f}{errors:>8}"
+                    f"{result.cache_hits / max(len(latencies), 1):>12.0%}",
                     flush=True,
                 )
         finally:

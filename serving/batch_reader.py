@@ -5,6 +5,7 @@ version read-only when the pointer moves (a new run or a rollback). A request
 takes the snapshot current when it starts and holds it to the end, so no
 response mixes two versions and an in-flight request finishes on the version it
 started with; a replaced snapshot is closed when its last request lets go.
+Each snapshot carries its own :class:`serving.result_cache.ResultCache`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import duckdb
 
+from serving.result_cache import ResultCache
 from shared.batch_store import BatchVersion, read_current
 from shared.logs import log_event
 
@@ -26,9 +28,11 @@ logger = logging.getLogger("lambdaline.serving")
 class BatchSnapshot:
     """One opened version, shared by the requests that started while it was current."""
 
-    def __init__(self, store: Path, version: BatchVersion):
+    def __init__(self, store: Path, version: BatchVersion, cache_bytes: int = 0):
         self.version = version
         self.connection = duckdb.connect(str(store / version.path), read_only=True)
+        self.cache = ResultCache(cache_bytes)
+        """Batch-only results of this version (it never changes, so neither do they)."""
         self._users = 0
         self._retired = False
         self._lock = threading.Lock()
@@ -58,9 +62,10 @@ class BatchSnapshot:
 class BatchReader:
     """Follows ``CURRENT`` and hands out the current snapshot."""
 
-    def __init__(self, store: Path, poll_s: float = 1.0):
+    def __init__(self, store: Path, poll_s: float = 1.0, cache_bytes: int = 0):
         self.store = store
         self.poll_s = poll_s
+        self.cache_bytes = cache_bytes
         self._current: BatchSnapshot | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -78,7 +83,7 @@ class BatchReader:
         if pointer is None or (held is not None and held.version == pointer):
             return
         try:
-            snapshot = BatchSnapshot(self.store, pointer)
+            snapshot = BatchSnapshot(self.store, pointer, self.cache_bytes)
         except duckdb.Error as error:
             self.error = f"cannot open batch version {pointer.version}: {error}"
             log_event(logger, "batch_version_error", error=self.error)

@@ -30,7 +30,9 @@ def create_app(
     """The API; stores not given are created from settings and started with the app."""
     settings = settings or get_settings()
     tables = speed_tables or SpeedTables()
-    reader = batch_reader or BatchReader(settings.batch_store)
+    reader = batch_reader or BatchReader(
+        settings.batch_store, cache_bytes=settings.serving_cache_mb * 2**20
+    )
     consumer = SpeedConsumer(settings, tables) if follow_kafka else None
 
     @asynccontextmanager

@@ -12,6 +12,7 @@ from fastapi import APIRouter, Request, Response
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
+    Counter,
     Gauge,
     Histogram,
     generate_latest,
@@ -40,6 +41,14 @@ class Metrics:
             "speed-store records known at start not read yet",
             registry=self.registry,
         )
+        self.cache_responses = Counter(
+            "lambdaline_batch_cache_responses", "view responses by their X-Cache header",
+            ["result"], registry=self.registry,
+        )  # fmt: skip
+        self.cache_bytes = Gauge(
+            "lambdaline_batch_cache_bytes", "encoded rows the served version's cache holds",
+            registry=self.registry,
+        )  # fmt: skip
         self.speed_watermark = Gauge(
             "lambdaline_speed_watermark_seconds", "speed-layer watermark, Unix time",
             registry=self.registry,
@@ -47,7 +56,8 @@ class Metrics:
 
 
 class LatencyMiddleware:
-    """Observes every HTTP request's latency by route template (plain ASGI: no extra task)."""
+    """Observes every HTTP request's latency by route template, and counts ``X-Cache`` values
+    (plain ASGI: no extra task)."""
 
     def __init__(self, app: ASGIApp, metrics: Metrics):
         self.app = app
@@ -64,6 +74,9 @@ class LatencyMiddleware:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                for name, value in message.get("headers", ()):
+                    if name == b"x-cache":
+                        self.metrics.cache_responses.labels(value.decode()).inc()
             await send(message)
 
         try:
@@ -86,6 +99,8 @@ def metrics_endpoint(request: Request) -> Response:
     consumer = state.speed_consumer
     lag = consumer.lag if consumer is not None else None
     metrics.speed_lag.set(lag if lag is not None else -1)
+    with state.batch_reader.snapshot() as snapshot:
+        metrics.cache_bytes.set(snapshot.cache.bytes if snapshot is not None else 0)
     watermark = state.speed_tables.watermark
     metrics.speed_watermark.set(watermark.timestamp() if watermark else 0)
     return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -44,6 +44,11 @@ class ViewQuery:
     wire: bool = True
     """Instants and money as the response writes them (strings), else typed values."""
 
+    def key(self) -> tuple[Any, ...]:
+        """Everything that decides the query's rows, hashable (a result cache's key)."""
+        filters = tuple(sorted(self.filters.items()))
+        return (self.view, self.start, self.end, filters, self.limit, self.wire)
+
     @property
     def time_column(self) -> str:
         return STORE_TABLE_BY_NAME[self.view].date_column
@@ -88,19 +93,12 @@ def _fetch(cursor: duckdb.DuckDBPyConnection, text: str, params: list[Any]) -> l
         cursor.close()
 
 
-@dataclass(frozen=True)
-class Merged:
-    rows: list[Row]
-    horizon: datetime | None
-    batch_version: int | None
-
-
 def merged_rows(
     query: ViewQuery,
     batch: BatchSnapshot | None,
     speed: SpeedTables,
     roll_up_to: timedelta | None = None,
-) -> Merged:
+) -> list[Row]:
     """Batch rows before the horizon, speed rows from it (``shared.merge``), rolled up if asked."""
     final_limit = query.limit
     if roll_up_to is not None:  # rolled-up buckets are counted (and typed) after the merge
@@ -130,7 +128,7 @@ def merged_rows(
         rows.sort(key=lambda row: tuple(row[name] for name in key))
     if final_limit is not None:
         rows = rows[:final_limit]
-    return Merged(rows, horizon, batch.version.version if batch is not None else None)
+    return rows
 
 
 def booth_known(booth_id: str, batch: BatchSnapshot | None, speed: SpeedTables) -> bool:

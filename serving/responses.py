@@ -7,19 +7,30 @@ of a ~19 ms request. Most rows arrive wire-ready from the stores
 (``serving.queries``); ``json.dumps`` calls back only for the typed values of
 rolled-up rows. The encoding is the models' own: instants ISO-8601 UTC with
 milliseconds, money as a string with two decimals, ``source`` per row.
+
+A query that lies wholly below the horizon reads the batch store only, so its
+encoded rows are kept in the version's :class:`serving.result_cache.ResultCache`
+and answered from there the next time. The ``X-Cache`` header says which:
+``hit``, ``miss`` (computed, now kept) or ``bypass`` (it reads the speed store,
+or the cache is off).
 """
 
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 from fastapi import Response
 
-from serving.queries import Merged
+from serving.batch_reader import BatchSnapshot
+from serving.queries import ViewQuery, merged_rows
+from serving.result_cache import Encoded
+from serving.speed_tables import SpeedTables
 from shared.events import format_instant
+from shared.merge import Row
 
 
 def _instant(moment: datetime) -> str:
@@ -36,17 +47,57 @@ def _json_value(value: Any) -> str:
     raise TypeError(f"cannot encode {type(value).__name__} as JSON")
 
 
+def encode_rows(rows: list[Row]) -> Encoded:
+    return Encoded(json.dumps(rows, separators=(",", ":"), default=_json_value).encode(), len(rows))
+
+
+@dataclass(frozen=True)
+class ViewRows:
+    """A view's merged rows, encoded, with what the response says about where they came from."""
+
+    rows: Encoded
+    horizon: datetime | None
+    batch_version: int | None
+    cache: str
+    """``hit``, ``miss`` or ``bypass`` (see the module's docstring)."""
+
+
+def view_rows(
+    query: ViewQuery,
+    batch: BatchSnapshot | None,
+    speed: SpeedTables,
+    roll_up_to: timedelta | None = None,
+) -> ViewRows:
+    """A query's merged rows (``serving.queries.merged_rows``), encoded; cached if batch-only."""
+    if batch is None:
+        rows = encode_rows(merged_rows(query, batch, speed, roll_up_to))
+        return ViewRows(rows, None, None, "bypass")
+    horizon, version = batch.version.horizon, batch.version.version
+    if not batch.cache.enabled or query.end > horizon:  # the speed store takes part
+        rows = encode_rows(merged_rows(query, batch, speed, roll_up_to))
+        return ViewRows(rows, horizon, version, "bypass")
+    key = (query.key(), roll_up_to)
+    found = batch.cache.get(key)
+    if found is not None:
+        return ViewRows(found, horizon, version, "hit")
+    rows = encode_rows(merged_rows(query, batch, speed, roll_up_to))
+    batch.cache.put(key, rows)
+    return ViewRows(rows, horizon, version, "miss")
+
+
 def view_response(
-    merged: Merged, speed_watermark: datetime | None, granularity: str | None = None
+    view: ViewRows, speed_watermark: datetime | None, granularity: str | None = None
 ) -> Response:
-    body: dict[str, Any] = {
-        "horizon": _instant(merged.horizon) if merged.horizon else None,
-        "batch_version": merged.batch_version,
+    head: dict[str, Any] = {
+        "horizon": _instant(view.horizon) if view.horizon else None,
+        "batch_version": view.batch_version,
         "speed_watermark": _instant(speed_watermark) if speed_watermark else None,
     }
     if granularity is not None:
-        body["granularity"] = granularity
-    body["rows"] = merged.rows
+        head["granularity"] = granularity
+    opened = json.dumps(head, separators=(",", ":"))[:-1].encode()  # without the closing brace
     return Response(
-        json.dumps(body, separators=(",", ":"), default=_json_value), media_type="application/json"
+        b"".join((opened, b',"rows":', view.rows.json, b"}")),
+        media_type="application/json",
+        headers={"X-Cache": view.cache},
     )

@@ -194,6 +194,10 @@ class Settings(BaseSettings):
     api_keys: Annotated[list[str], NoDecode, BeforeValidator(_split_commas)] = Field(
         default_factory=list, description="accepted X-API-Key values, comma-separated"
     )
+    serving_cache_mb: int = Field(
+        256, ge=0, description="per API worker: encoded batch-only results kept per batch "
+        "version, least recently used dropped first (0 = no cache)",
+    )  # fmt: skip
 
     @field_validator("kafka_bootstrap")
     @classmethod

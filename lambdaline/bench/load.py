@@ -25,6 +25,8 @@ class LoadResult:
     latencies_s: list[float]
     errors: int
     wall_s: float
+    cache_hits: int = 0
+    """Responses whose ``X-Cache`` header said ``hit``."""
 
     @property
     def served_per_s(self) -> float:
@@ -43,14 +45,14 @@ def open_loop(
     """``rate`` requests/s for ``seconds`` against 127.0.0.1:``port``."""
     total = int(rate * seconds)
     latencies: list[float] = []
-    errors = [0]
+    errors, hits = [0], [0]
     lock = threading.Lock()
     started = time.perf_counter() + 0.2
 
     def worker(offset: int) -> None:
         rng = random.Random(offset)
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-        mine, failed = [], 0
+        mine, failed, hit = [], 0, 0
         for n in range(offset, total, connections):
             due = started + n / rate
             wait = due - time.perf_counter()
@@ -64,6 +66,7 @@ def open_loop(
                 response = connection.getresponse()
                 if not ok(response.status, response.read()):
                     failed += 1
+                hit += response.getheader("X-Cache") == "hit"
             except (OSError, http.client.HTTPException):
                 failed += 1
                 connection.close()
@@ -73,10 +76,11 @@ def open_loop(
         with lock:
             latencies.extend(mine)
             errors[0] += failed
+            hits[0] += hit
 
     threads = [threading.Thread(target=worker, args=(n,)) for n in range(connections)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    return LoadResult(latencies, errors[0], time.perf_counter() - started)
+    return LoadResult(latencies, errors[0], time.perf_counter() - started, hits[0])

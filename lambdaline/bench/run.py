@@ -373,6 +373,7 @@ class Bench:
             ramp.append({
                 "offered_per_s": rate, "served_per_s": round(result.served_per_s, 1),
                 "latency_ms": _ms(result.latencies_s), "errors": result.errors,
+                "cache_hit_share": round(result.cache_hits / max(len(result.latencies_s), 1), 3),
             })  # fmt: skip
         self.results["serving"] = serving_summary(ramp)
 

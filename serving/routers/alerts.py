@@ -8,8 +8,8 @@ from fastapi import APIRouter, Depends, Query, Response
 
 from serving.deps import BatchDep, Limit, SpeedDep, TimeRangeDep, require_api_key
 from serving.models import ExpiredRegistrationRow, ViewResponse
-from serving.queries import ViewQuery, merged_rows
-from serving.responses import view_response
+from serving.queries import ViewQuery
+from serving.responses import view_response, view_rows
 
 router = APIRouter(prefix="/v1/alerts", tags=["alerts"], dependencies=[Depends(require_api_key)])
 
@@ -25,5 +25,4 @@ def expired_registrations(
     """Entries in [from, to) whose latest registration at entry time had expired."""
     filters = {"booth_id": booth_id} if booth_id is not None else {}
     query = ViewQuery("expired_registrations", time_range.start, time_range.end, filters, limit)
-    merged = merged_rows(query, batch, speed)
-    return view_response(merged, speed.watermark)
+    return view_response(view_rows(query, batch, speed), speed.watermark)

@@ -9,8 +9,8 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Response
 
 from serving.deps import BatchDep, Limit, SettingsDep, SpeedDep, TimeRangeDep, require_api_key
 from serving.models import BoothStatsRow, Problem, ViewResponse
-from serving.queries import ViewQuery, booth_known, merged_rows
-from serving.responses import view_response
+from serving.queries import ViewQuery, booth_known
+from serving.responses import view_response, view_rows
 
 router = APIRouter(prefix="/v1", tags=["booth stats"], dependencies=[Depends(require_api_key)])
 
@@ -36,10 +36,10 @@ def _stats(
         )
     filters = {"booth_id": booth_id} if booth_id is not None else {}
     query = ViewQuery("booth_stats", time_range.start, time_range.end, filters, limit)
-    merged = merged_rows(query, batch, speed, roll_up_to=None if size == settings.window else size)
-    if booth_id is not None and not merged.rows and not booth_known(booth_id, batch, speed):
+    rows = view_rows(query, batch, speed, roll_up_to=None if size == settings.window else size)
+    if booth_id is not None and not rows.rows.count and not booth_known(booth_id, batch, speed):
         raise HTTPException(404, detail="booth not found")
-    return view_response(merged, speed.watermark, granularity)
+    return view_response(rows, speed.watermark, granularity)
 
 
 @router.get(

@@ -6,8 +6,8 @@ from fastapi import APIRouter, Depends, Response
 
 from serving.deps import BatchDep, Limit, SpeedDep, TimeRangeDep, require_api_key
 from serving.models import DiagnosticRow, ViewResponse
-from serving.queries import ViewQuery, merged_rows
-from serving.responses import view_response
+from serving.queries import ViewQuery
+from serving.responses import view_response, view_rows
 
 router = APIRouter(prefix="/v1", tags=["diagnostics"], dependencies=[Depends(require_api_key)])
 
@@ -18,5 +18,4 @@ def diagnostics(
 ) -> Response:
     """Counts of entries in [from, to) missing an exit (within max_trip) or a registration."""
     query = ViewQuery("diagnostics", time_range.start, time_range.end, {}, limit)
-    merged = merged_rows(query, batch, speed)
-    return view_response(merged, speed.watermark)
+    return view_response(view_rows(query, batch, speed), speed.watermark)

@@ -6,8 +6,8 @@ from fastapi import APIRouter, Depends, Response
 
 from serving.deps import BatchDep, Limit, SpeedDep, TimeRangeDep, require_api_key
 from serving.models import VehicleTripRow, ViewResponse
-from serving.queries import ViewQuery, merged_rows
-from serving.responses import view_response
+from serving.queries import ViewQuery
+from serving.responses import view_response, view_rows
 
 router = APIRouter(prefix="/v1", tags=["vehicles"], dependencies=[Depends(require_api_key)])
 
@@ -24,5 +24,4 @@ def vehicle_trips(
     query = ViewQuery(
         "vehicle_trips", time_range.start, time_range.end, {"license_plate": license_plate}, limit
     )
-    merged = merged_rows(query, batch, speed)
-    return view_response(merged, speed.watermark)
+    return view_response(view_rows(query, batch, speed), speed.watermark)

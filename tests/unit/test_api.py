@@ -280,3 +280,40 @@ def test_versions_swap_under_concurrent_requests_without_errors_or_mixed_respons
     assert failures == []
     assert len({version for version, _ in seen}) >= 5  # the swaps happened while requests ran
     assert all(count == version + 2 for version, count in seen)  # no response mixes versions
+
+
+def test_batch_only_answers_come_from_the_version_cache_until_the_version_changes(
+    tmp_path: Path,
+) -> None:
+    settings = Settings(state_dir=tmp_path, api_keys=["test-key"])
+    publish_batch(settings.batch_store, vehicle_count=3)
+    reader = BatchReader(settings.batch_store, poll_s=0.01, cache_bytes=2**20)
+    app = create_app(settings, reader, SpeedTables(), False)
+    below = {"from": "2026-01-05T00:00:00.000Z", "to": "2026-01-06T00:00:00.000Z"}  # to = H
+
+    def stats(params: dict[str, str]) -> tuple[str, list[tuple[str, int, str]], int]:
+        response = client.get("/v1/booths/b1/stats", params=params, headers=KEY)
+        assert response.status_code == 200
+        body = response.json()
+        rows = [(r["window_start"], r["vehicle_count"], r["source"]) for r in body["rows"]]
+        return response.headers["X-Cache"], rows, body["batch_version"]
+
+    version_1 = [("2026-01-05T23:50:00.000Z", 3, "batch"), ("2026-01-05T23:55:00.000Z", 1, "batch")]
+    with TestClient(app) as client:
+        assert stats(below) == ("miss", version_1, 1)
+        assert stats(below) == ("hit", version_1, 1)
+        hourly = {**below, "granularity": "1h"}  # another query, another entry
+        assert stats(hourly) == ("miss", [("2026-01-05T23:00:00.000Z", 4, "batch")], 1)
+        assert stats(DAY)[0] == "bypass"  # reaches past H: the speed store takes part
+        publish_batch(settings.batch_store, vehicle_count=7)
+        deadline = time.monotonic() + 10
+        while reader.version is None or reader.version.version != 2:
+            assert time.monotonic() < deadline, "version 2 was not attached"
+            time.sleep(0.01)
+        version_2 = [("2026-01-05T23:50:00.000Z", 7, "batch"), version_1[1]]
+        assert stats(below) == ("miss", version_2, 2)  # a new version starts with an empty cache
+        assert stats(below) == ("hit", version_2, 2)
+        metrics = client.get("/metrics").text
+    assert 'lambdaline_batch_cache_responses_total{result="hit"} 2.0' in metrics
+    assert 'lambdaline_batch_cache_responses_total{result="miss"} 3.0' in metrics
+    assert 'lambdaline_batch_cache_responses_total{result="bypass"} 1.0' in metrics
