@@ -24,6 +24,7 @@ from decimal import Decimal
 from typing import Any
 
 from fastapi import Response
+from starlette.concurrency import run_in_threadpool
 
 from serving.batch_reader import BatchSnapshot
 from serving.queries import ViewQuery, merged_rows
@@ -62,27 +63,40 @@ class ViewRows:
     """``hit``, ``miss`` or ``bypass`` (see the module's docstring)."""
 
 
-def view_rows(
+async def view_rows(
     query: ViewQuery,
     batch: BatchSnapshot | None,
     speed: SpeedTables,
     roll_up_to: timedelta | None = None,
 ) -> ViewRows:
-    """A query's merged rows (``serving.queries.merged_rows``), encoded; cached if batch-only."""
+    """A query's merged rows (``serving.queries.merged_rows``), encoded; cached if batch-only.
+
+    A cache hit is answered on the event loop; reading the stores (DuckDB, which
+    blocks) and encoding run in the thread pool, as a plain endpoint would.
+    """
     if batch is None:
-        rows = encode_rows(merged_rows(query, batch, speed, roll_up_to))
+        rows = await run_in_threadpool(_read, query, batch, speed, roll_up_to)
         return ViewRows(rows, None, None, "bypass")
     horizon, version = batch.version.horizon, batch.version.version
     if not batch.cache.enabled or query.end > horizon:  # the speed store takes part
-        rows = encode_rows(merged_rows(query, batch, speed, roll_up_to))
+        rows = await run_in_threadpool(_read, query, batch, speed, roll_up_to)
         return ViewRows(rows, horizon, version, "bypass")
     key = (query.key(), roll_up_to)
     found = batch.cache.get(key)
     if found is not None:
         return ViewRows(found, horizon, version, "hit")
-    rows = encode_rows(merged_rows(query, batch, speed, roll_up_to))
+    rows = await run_in_threadpool(_read, query, batch, speed, roll_up_to)
     batch.cache.put(key, rows)
     return ViewRows(rows, horizon, version, "miss")
+
+
+def _read(
+    query: ViewQuery,
+    batch: BatchSnapshot | None,
+    speed: SpeedTables,
+    roll_up_to: timedelta | None,
+) -> Encoded:
+    return encode_rows(merged_rows(query, batch, speed, roll_up_to))
 
 
 def view_response(

@@ -15,7 +15,7 @@ router = APIRouter(prefix="/v1/alerts", tags=["alerts"], dependencies=[Depends(r
 
 
 @router.get("/expired-registrations", response_model=ViewResponse[ExpiredRegistrationRow])
-def expired_registrations(
+async def expired_registrations(
     time_range: TimeRangeDep,
     batch: BatchDep,
     speed: SpeedDep,
@@ -25,4 +25,4 @@ def expired_registrations(
     """Entries in [from, to) whose latest registration at entry time had expired."""
     filters = {"booth_id": booth_id} if booth_id is not None else {}
     query = ViewQuery("expired_registrations", time_range.start, time_range.end, filters, limit)
-    return view_response(view_rows(query, batch, speed), speed.watermark)
+    return view_response(await view_rows(query, batch, speed), speed.watermark)

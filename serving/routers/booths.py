@@ -6,6 +6,7 @@ from datetime import timedelta
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Response
+from starlette.concurrency import run_in_threadpool
 
 from serving.deps import BatchDep, Limit, SettingsDep, SpeedDep, TimeRangeDep, require_api_key
 from serving.models import BoothStatsRow, Problem, ViewResponse
@@ -19,7 +20,7 @@ GRANULARITIES = {"5m": timedelta(minutes=5), "1h": timedelta(hours=1), "1d": tim
 GranularityQuery = Annotated[Granularity, Query(description="bucket size of the rows")]
 
 
-def _stats(
+async def _stats(
     booth_id: str | None,
     time_range: TimeRangeDep,
     granularity: Granularity,
@@ -36,8 +37,12 @@ def _stats(
         )
     filters = {"booth_id": booth_id} if booth_id is not None else {}
     query = ViewQuery("booth_stats", time_range.start, time_range.end, filters, limit)
-    rows = view_rows(query, batch, speed, roll_up_to=None if size == settings.window else size)
-    if booth_id is not None and not rows.rows.count and not booth_known(booth_id, batch, speed):
+    rows = await view_rows(query, batch, speed, None if size == settings.window else size)
+    if (
+        booth_id is not None
+        and not rows.rows.count
+        and not await run_in_threadpool(booth_known, booth_id, batch, speed)
+    ):
         raise HTTPException(404, detail="booth not found")
     return view_response(rows, speed.watermark, granularity)
 
@@ -47,7 +52,7 @@ def _stats(
     response_model=ViewResponse[BoothStatsRow],
     responses={404: {"model": Problem}},
 )
-def booth_stats(
+async def booth_stats(
     booth_id: str,
     time_range: TimeRangeDep,
     batch: BatchDep,
@@ -57,11 +62,11 @@ def booth_stats(
     limit: Limit = 10_000,
 ) -> Response:
     """Vehicles and tolls at one booth in [from, to), batch below the horizon, speed from it."""
-    return _stats(booth_id, time_range, granularity, limit, batch, speed, settings)
+    return await _stats(booth_id, time_range, granularity, limit, batch, speed, settings)
 
 
 @router.get("/stats", response_model=ViewResponse[BoothStatsRow])
-def all_booth_stats(
+async def all_booth_stats(
     time_range: TimeRangeDep,
     batch: BatchDep,
     speed: SpeedDep,
@@ -70,4 +75,4 @@ def all_booth_stats(
     limit: Limit = 10_000,
 ) -> Response:
     """Vehicles and tolls at every booth in [from, to)."""
-    return _stats(None, time_range, granularity, limit, batch, speed, settings)
+    return await _stats(None, time_range, granularity, limit, batch, speed, settings)

@@ -13,9 +13,9 @@ router = APIRouter(prefix="/v1", tags=["diagnostics"], dependencies=[Depends(req
 
 
 @router.get("/diagnostics", response_model=ViewResponse[DiagnosticRow])
-def diagnostics(
+async def diagnostics(
     time_range: TimeRangeDep, batch: BatchDep, speed: SpeedDep, limit: Limit = 10_000
 ) -> Response:
     """Counts of entries in [from, to) missing an exit (within max_trip) or a registration."""
     query = ViewQuery("diagnostics", time_range.start, time_range.end, {}, limit)
-    return view_response(view_rows(query, batch, speed), speed.watermark)
+    return view_response(await view_rows(query, batch, speed), speed.watermark)

@@ -13,7 +13,7 @@ router = APIRouter(prefix="/v1", tags=["vehicles"], dependencies=[Depends(requir
 
 
 @router.get("/vehicles/{license_plate}/trips", response_model=ViewResponse[VehicleTripRow])
-def vehicle_trips(
+async def vehicle_trips(
     license_plate: str,
     time_range: TimeRangeDep,
     batch: BatchDep,
@@ -24,4 +24,4 @@ def vehicle_trips(
     query = ViewQuery(
         "vehicle_trips", time_range.start, time_range.end, {"license_plate": license_plate}, limit
     )
-    return view_response(view_rows(query, batch, speed), speed.watermark)
+    return view_response(await view_rows(query, batch, speed), speed.watermark)
