@@ -92,22 +92,28 @@ def _json_text(name: str) -> Column:
 
 
 def _with_field_types(parsed: DataFrame) -> DataFrame:
-    """Look up every field's JSON type and text once, as columns the rules then read.
-
-    The lookups are produced by a Generate node (``inline`` of a one-element
-    array), which the optimizer cannot see through. Without it, Spark pushes the
-    ``reason IS NULL`` filter down by substituting every lookup into every rule
-    that reads it, and the generated Java method outgrows the JVM's 64 KB limit:
-    codegen then fails and Spark falls back to interpreting, slowly, on every
-    query (every micro-batch, in the speed layer).
-    """
+    """Look up every field's JSON type and text once, as columns the rules then read."""
     names = sorted({field.name for event_type in EVENT_TYPES for field in event_type.fields})
     types = F.struct(*[F.schema_of_variant(_json_of(name)).alias(name) for name in names])
     texts = F.struct(
         *[F.variant_get(F.col("_json"), f"$.{name}", "string").alias(name) for name in names]
     )
-    lookups = F.array(F.struct(types.alias("_json_type"), texts.alias("_json_text")))
-    return parsed.select("*", F.inline(lookups))
+    return _computed_once(parsed, _json_type=types, _json_text=texts)
+
+
+def _computed_once(frame: DataFrame, **columns: Column) -> DataFrame:
+    """``frame`` with these columns added, each expression evaluated once per row.
+
+    The columns come out of a Generate node (``inline`` of a one-element array),
+    which the optimizer cannot see through. With ``withColumn``, Spark collapses
+    projections and pushes filters down by substituting an expression into
+    every place that reads its column, so a rule read three times (a reason,
+    its detail, the valid/dead-letter filter) is evaluated three times, and
+    the generated Java method outgrows the JVM's 64 KB limit (codegen then fails
+    and Spark interprets, slowly, every micro-batch).
+    """
+    row = F.struct(*[column.alias(name) for name, column in columns.items()])
+    return frame.select("*", F.inline(F.array(row)))
 
 
 def _is_missing(field: EventField) -> Column:
@@ -190,7 +196,7 @@ def classify_records(
         failures = F.when(of_type, _failures(event_type)).otherwise(failures)
         event_time = F.when(of_type, _event_time(event_type)).otherwise(event_time)
         known_topic = known_topic | of_type
-    checked = typed.withColumn("_failures", failures).withColumn("_event_time", event_time)
+    checked = _computed_once(typed, _failures=failures, _event_time=event_time)
 
     latest_allowed = F.col("timestamp") + F.make_dt_interval(
         secs=F.lit(max_future_skew.total_seconds())
@@ -219,7 +225,7 @@ def classify_records(
             )
         )
     )
-    return checked.withColumn("_reason", reason).withColumn("_detail", detail)
+    return _computed_once(checked, _reason=reason, _detail=detail)
 
 
 def split_classified(
