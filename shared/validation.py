@@ -151,7 +151,8 @@ def _is_invalid(field: EventField) -> Column:
 
 def _typed_value(field: EventField) -> Column:
     if field.kind is FieldKind.TIMESTAMP:
-        return _json_text(field.name).try_cast(T.TimestampType()).alias(field.name)
+        text = F.variant_get(F.col("_json"), f"$.{field.name}", "string")
+        return text.try_cast(T.TimestampType()).alias(field.name)
     return F.try_variant_get(_json_of(field.name), "$", field.spark_type.simpleString()).alias(
         field.name
     )
@@ -174,12 +175,17 @@ def _event_time(event_type: EventType) -> Column:
     return _json_text(event_type.time_field).try_cast(T.TimestampType())
 
 
+_LOOKUPS = ("_json_type", "_json_text", "_failures", "_event_time", "_is_utf8", "_is_object")
+"""The intermediate columns of :func:`classify_records`, dropped from its result."""
+
+
 def classify_records(
     raw: DataFrame, topics: TopicSettings, max_future_skew: timedelta
 ) -> DataFrame:
-    """Raw Kafka records with every field looked up and checked: the first half of
-    :func:`decode_records`. Persist this frame to split it more than once at the
-    cost of one decode (the batch layer's ingest does)."""
+    """Raw Kafka records with their parsed JSON (``_json``), dead-letter ``_reason``
+    (null if valid) and ``_detail``: the first half of :func:`decode_records`.
+    Persist this frame to split it more than once at the cost of one decode (the
+    batch layer's ingest does)."""
     text = F.col("value").cast(T.StringType())
     is_utf8 = F.coalesce(F.is_valid_utf8(text), F.lit(False))
     parsed = raw.withColumn("_json", F.when(is_utf8, F.try_parse_json(text)))
@@ -225,7 +231,8 @@ def classify_records(
             )
         )
     )
-    return _computed_once(checked, _reason=reason, _detail=detail)
+    # the field lookups are large (two strings per field name) and no longer needed
+    return _computed_once(checked, _reason=reason, _detail=detail).drop(*_LOOKUPS)
 
 
 def split_classified(
