@@ -15,13 +15,12 @@ from rich.console import Console
 from rich.table import Table
 
 from batch_layer.publish import BatchStoreError, ListedVersion, list_versions, rollback
-from batch_layer.run import RunReport, default_run_date, run_batch
+from batch_layer.run import RunReport, batch_spark_session, default_run_date, run_batch
 from batch_layer.schedule import Scheduler, next_run_after, serve_until_signalled
 from shared.batch_store import STORE_TABLES
 from shared.kafka_admin import KafkaUnreachableError, require_kafka
 from shared.logs import configure_logging
 from shared.settings import get_settings
-from shared.spark_session import spark_session
 
 batch_app = typer.Typer(
     help="The batch layer: master dataset, nightly recompute, versioned DuckDB publish."
@@ -89,7 +88,7 @@ def batch_run(
         require_kafka(settings)
     except KafkaUnreachableError as error:
         raise _fail(str(error)) from None
-    spark = spark_session(settings, "lambdaline-batch")
+    spark = batch_spark_session(settings)
     lookback = settings.batch_lookback_days if lookback_days is None else lookback_days
     try:
         report = run_batch(spark, settings, day, lookback)

@@ -108,18 +108,25 @@ def dates_to_recompute(
 
 
 def _events(
-    spark: SparkSession, settings: Settings, event_type: EventType, dates: Iterable[date]
+    spark: SparkSession,
+    settings: Settings,
+    event_type: EventType,
+    dates: Iterable[date],
+    shared: bool = False,
 ) -> DataFrame:
-    """Valid events of these dates, duplicates removed, kept for the views that share them.
+    """Valid events of these dates with duplicates removed, persisted if ``shared``.
 
     Only the columns the views read are kept (half the time of keeping whole
     events, measured at 1M entries); Parquet reads no others, so the raw key and
-    value bytes stay on disk.
+    value bytes stay on disk. Entries feed three views and are persisted; exits
+    and registrations each feed one persisted join (``shared.views.all_views``),
+    so caching them would only cost the time to build the cache.
     """
     kept = VIEW_INPUTS[event_type.name]
     dedup = dict.fromkeys(["event_id", *kept, *SOURCE_COLUMNS])  # ordered, without repeats
     events = master.read_events(spark, settings, event_type, dates).select(*dedup)
-    return events.transform(without_duplicates).select(*kept).persist(StorageLevel.MEMORY_AND_DISK)
+    unique = events.transform(without_duplicates).select(*kept)
+    return unique.persist(StorageLevel.MEMORY_AND_DISK) if shared else unique
 
 
 def recompute(
@@ -138,7 +145,7 @@ def recompute(
     registration_dates = {
         day for day, _ in inventory.parts.get(VEHICLE_REGISTRATION.name, ()) if day <= last
     }
-    entries = _events(spark, settings, TOLL_ENTRY, dates)
+    entries = _events(spark, settings, TOLL_ENTRY, dates, shared=True)
     exits = _events(spark, settings, TOLL_EXIT, exit_dates)
     registrations = _events(spark, settings, VEHICLE_REGISTRATION, registration_dates)
     views = all_views(entries, exits, registrations, settings.window, settings.max_trip)

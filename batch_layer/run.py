@@ -27,8 +27,31 @@ from batch_layer.recompute import dates_to_recompute, read_inventory, recompute,
 from shared.batch_store import STORE_TABLE_BY_NAME, STORE_TABLES, BatchVersion, read_current
 from shared.logs import log_event
 from shared.settings import Settings
+from shared.spark_session import spark_session
 
 logger = logging.getLogger("lambdaline.batch")
+
+
+BATCH_SPARK_CONF: dict[str, str] = {
+    # one sort per deduplication instead of two: Spark 3.5+ puts a partial
+    # WindowGroupLimit (a sort of every input row) before the shuffle, which only
+    # pays when many rows share an event_id, and duplicates are rare
+    "spark.sql.optimizer.windowGroupLimitThreshold": "-1",
+    # the persisted entries and joins are read within seconds of being built:
+    # compressing their in-memory columns costs more CPU than it saves
+    "spark.sql.inMemoryColumnarStorage.compressed": "false",
+    # a throughput collector for a job that ends: G1's concurrent work competes
+    # with the tasks for the cores (local mode: the driver is the executor)
+    "spark.driver.extraJavaOptions": "-XX:+UseParallelGC",
+    "spark.executor.extraJavaOptions": "-XX:+UseParallelGC",
+}
+"""The batch job's Spark tuning; measured in docs/architecture.md ("Where the time goes").
+The ``spark_conf`` setting overrides any of it."""
+
+
+def batch_spark_session(settings: Settings, app_name: str = "lambdaline-batch") -> SparkSession:
+    """The SparkSession a batch run wants: the shared one, with :data:`BATCH_SPARK_CONF`."""
+    return spark_session(settings, app_name, extra_config=BATCH_SPARK_CONF)
 
 
 def default_run_date(now: datetime | None = None) -> date:

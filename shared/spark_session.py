@@ -34,7 +34,11 @@ def under_spark_submit() -> bool:
 def spark_session(
     settings: Settings, app_name: str, extra_config: Mapping[str, str] | None = None
 ) -> SparkSession:
-    """Get or create the session, with the Spark Kafka connector on its classpath."""
+    """Get or create the session, with the Spark Kafka connector on its classpath.
+
+    ``extra_config`` is the caller's tuning (a layer's defaults); the user's
+    ``spark_conf`` setting overrides it key by key.
+    """
     builder = SparkSession.builder.appName(app_name)
     if not under_spark_submit():
         if settings.spark_master.startswith("local"):
@@ -48,7 +52,7 @@ def spark_session(
             .config("spark.jars", jars)
             .config("spark.driver.memory", settings.spark_driver_memory)
         )
-    for key, value in {**settings.spark_conf, **(extra_config or {})}.items():
+    for key, value in {**(extra_config or {}), **settings.spark_conf}.items():
         builder = builder.config(key, value)
     sql_settings = {
         "spark.ui.showConsoleProgress": "false",

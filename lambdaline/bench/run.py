@@ -43,7 +43,7 @@ from croniter import croniter
 from kafka import KafkaConsumer, KafkaProducer
 from rich.console import Console
 
-from batch_layer.run import run_batch
+from batch_layer.run import batch_spark_session, run_batch
 from lambdaline.bench.load import open_loop
 from lambdaline.bench.measure import (
     TreeCpu,
@@ -72,7 +72,6 @@ from shared.events import (
 )
 from shared.jvm import pom_properties
 from shared.settings import Settings
-from shared.spark_session import spark_session
 from shared.topics import VIEW_NAMES
 
 RECORDS_PER_ENTRY = 2.06
@@ -215,7 +214,7 @@ class Bench:
     # --- 3 and 4. the batch layer and its DuckDB peer ----------------------------------------
     def batch(self) -> None:
         self.step(f"batch layer: ingest, recompute and publish up to {self.run_date}")
-        spark = spark_session(self.settings, "lambdaline-bench-batch")
+        spark = batch_spark_session(self.settings, "lambdaline-bench-batch")
         spark.sparkContext.setLogLevel("ERROR")
         jvm = spark.sparkContext._gateway.proc.pid  # type: ignore[union-attr]
         try:
