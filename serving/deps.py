@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated
 
@@ -80,23 +81,29 @@ async def require_api_key(
         raise HTTPException(401, detail="missing or unknown X-API-Key")
 
 
+@dataclass(frozen=True)
 class TimeRange:
     """``from`` and ``to``: ISO-8601 instants with a zone, from <= to; rows in [from, to)."""
 
-    def __init__(
-        self,
-        start: Annotated[datetime, Query(alias="from", description="ISO-8601 instant, inclusive")],
-        end: Annotated[datetime, Query(alias="to", description="ISO-8601 instant, exclusive")],
-    ):
-        for name, moment in (("from", start), ("to", end)):
-            if moment.tzinfo is None:
-                raise HTTPException(
-                    422, detail=f"{name} must carry a time zone, e.g. 2026-01-05T00:00:00Z"
-                )
-        if start > end:
-            raise HTTPException(422, detail="from must not be after to")
-        self.start, self.end = start, end
+    start: datetime
+    end: datetime
 
 
-TimeRangeDep = Annotated[TimeRange, Depends()]
+async def time_range(
+    start: Annotated[datetime, Query(alias="from", description="ISO-8601 instant, inclusive")],
+    end: Annotated[datetime, Query(alias="to", description="ISO-8601 instant, exclusive")],
+) -> TimeRange:
+    """The request's ``from``/``to`` (a function, not a class dependency: FastAPI runs a
+    class's ``__init__`` in the thread pool, a thread hop per request for no I/O)."""
+    for name, moment in (("from", start), ("to", end)):
+        if moment.tzinfo is None:
+            raise HTTPException(
+                422, detail=f"{name} must carry a time zone, e.g. 2026-01-05T00:00:00Z"
+            )
+    if start > end:
+        raise HTTPException(422, detail="from must not be after to")
+    return TimeRange(start, end)
+
+
+TimeRangeDep = Annotated[TimeRange, Depends(time_range)]
 Limit = Annotated[int, Query(ge=1, le=100_000, description="at most this many rows")]
