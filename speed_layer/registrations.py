@@ -109,7 +109,15 @@ def publish_registration_decisions(settings: Settings) -> MicroBatchFunction:
 
 
 def unregistered_entry_counts(spark: SparkSession, settings: Settings) -> DataFrame:
-    """``missing_registration`` diagnostics, counted from the internal topic."""
+    """``missing_registration`` diagnostics, counted from the internal topic.
+
+    The internal topic is written at least once: a micro-batch of the lookup
+    that is replayed after a crash (its records written, its commit not) writes
+    its unregistered entries again. So the count drops copies of an entry
+    (same ``event_id``) within the watermark, as the views drop duplicate
+    events; a replay comes before any later record can move the watermark past
+    the replayed entries.
+    """
     unregistered = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
@@ -123,5 +131,6 @@ def unregistered_entry_counts(spark: SparkSession, settings: Settings) -> DataFr
         )
         .select("decision.*")
         .withWatermark("entry_time", f"{int(settings.watermark.total_seconds())} seconds")
+        .dropDuplicatesWithinWatermark(["event_id"])
     )
     return count_diagnostics(unregistered_at_entry(unregistered), settings.window)
