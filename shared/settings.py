@@ -140,7 +140,13 @@ class Settings(BaseSettings):
     spark_master: str = Field(
         "local[*]", description="Spark master; spark-submit's --master overrides it"
     )
-    spark_driver_memory: str = Field("2g", pattern=r"^\d+[kmgKMG]$")
+    spark_driver_memory: str = Field(
+        "4g",
+        pattern=r"^\d+[kmgKMG]$",
+        description="driver heap (local mode: the only JVM). The speed layer's joins keep "
+        "their state in it: `speed run --available-now` over a 1M-event backlog needs more "
+        "than 2g",
+    )
     spark_shuffle_partitions: int = Field(2, ge=1, description="spark.sql.shuffle.partitions")
     spark_conf: dict[str, str] = Field(
         default_factory=dict,
