@@ -112,9 +112,9 @@ def _events(
     settings: Settings,
     event_type: EventType,
     dates: Iterable[date],
-    shared: bool = False,
+    persist: bool = False,
 ) -> DataFrame:
-    """Valid events of these dates with duplicates removed, persisted if ``shared``.
+    """Valid events of these dates with duplicates removed, persisted if asked.
 
     Only the columns the views read are kept (half the time of keeping whole
     events, measured at 1M entries); Parquet reads no others, so the raw key and
@@ -126,7 +126,7 @@ def _events(
     dedup = dict.fromkeys(["event_id", *kept, *SOURCE_COLUMNS])  # ordered, without repeats
     events = master.read_events(spark, settings, event_type, dates).select(*dedup)
     unique = events.transform(without_duplicates).select(*kept)
-    return unique.persist(StorageLevel.MEMORY_AND_DISK) if shared else unique
+    return unique.persist(StorageLevel.MEMORY_AND_DISK) if persist else unique
 
 
 def recompute(
@@ -145,7 +145,7 @@ def recompute(
     registration_dates = {
         day for day, _ in inventory.parts.get(VEHICLE_REGISTRATION.name, ()) if day <= last
     }
-    entries = _events(spark, settings, TOLL_ENTRY, dates, shared=True)
+    entries = _events(spark, settings, TOLL_ENTRY, dates, persist=True)
     exits = _events(spark, settings, TOLL_EXIT, exit_dates)
     registrations = _events(spark, settings, VEHICLE_REGISTRATION, registration_dates)
     views = all_views(entries, exits, registrations, settings.window, settings.max_trip)

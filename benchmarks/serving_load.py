@@ -97,22 +97,22 @@ def populate(store: Path) -> None:
     publish_version(store, fresh, dates, horizon, ingest_batch=None, keep_versions=5)
 
 
-def booth_day(rng: random.Random) -> tuple[str, dict[str, str]]:
-    day = FIRST_DAY + timedelta(days=rng.randrange(DAYS))
-    return f"/v1/booths/booth-{rng.randrange(BOOTHS):02d}/stats", {
+def booth_day_request(booth: int, day_number: int) -> tuple[str, dict[str, str]]:
+    """One booth's stats for one whole day: (path, query parameters)."""
+    day = FIRST_DAY + timedelta(days=day_number)
+    return f"/v1/booths/booth-{booth:02d}/stats", {
         "from": f"{day.isoformat()}T00:00:00Z",
         "to": f"{(day + timedelta(days=1)).isoformat()}T00:00:00Z",
     }
 
 
+def booth_day(rng: random.Random) -> tuple[str, dict[str, str]]:
+    day_number = rng.randrange(DAYS)  # drawn first, as before, so a seed asks the same
+    return booth_day_request(rng.randrange(BOOTHS), day_number)
+
+
 def every_booth_day() -> list[tuple[str, dict[str, str]]]:
-    return [
-        (f"/v1/booths/booth-{booth:02d}/stats", {
-            "from": f"{(FIRST_DAY + timedelta(days=n)).isoformat()}T00:00:00Z",
-            "to": f"{(FIRST_DAY + timedelta(days=n + 1)).isoformat()}T00:00:00Z",
-        })
-        for booth in range(BOOTHS) for n in range(DAYS)
-    ]  # fmt: skip
+    return [booth_day_request(booth, n) for booth in range(BOOTHS) for n in range(DAYS)]
 
 
 def prime(base_url: str) -> tuple[int, float]:
