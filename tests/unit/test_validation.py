@@ -7,17 +7,25 @@ function; its integration tests check the streaming path.
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+import pytest
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import types as T
 from pyspark.testing import assertDataFrameEqual
 
 from shared.events import TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION
 from shared.settings import TopicSettings
-from shared.validation import DEAD_LETTER_SCHEMA, decode_records
+from shared.validation import (
+    DEAD_LETTER_SCHEMA,
+    _shape_pattern,
+    classify_records,
+    decode_records,
+    split_classified,
+)
 
 SENT = datetime(2026, 1, 5, 6, 0, 0, tzinfo=UTC)
 TOPICS = TopicSettings()
@@ -216,3 +224,92 @@ def test_nothing_is_lost_and_dead_letters_keep_their_coordinates(spark: SparkSes
             ),
         ],
     )
+
+
+EXIT_SHAPE = "booth_id: STRING, event_id: STRING, exit_time: STRING, license_plate: STRING"
+
+
+@pytest.mark.parametrize(
+    ("shape", "conforms"),
+    [
+        (f"OBJECT<{EXIT_SHAPE}>", True),
+        # other plain fields before, between and after the exit's own
+        (
+            "OBJECT<a: BIGINT, booth_id: STRING, event_id: STRING, exit_time: STRING, "
+            "lane: DECIMAL(3,1), license_plate: STRING, z: BOOLEAN>",
+            True,
+        ),
+        ("OBJECT<booth_id: STRING, event_id: STRING, exit_time: STRING>", False),
+        ("OBJECT<booth_id: STRING, event_id: BIGINT, exit_time: STRING, license_plate: STRING>",
+         False),
+        ("OBJECT<booth_id: STRING, event_id: STRING, exit_time: VOID, license_plate: STRING>",
+         False),
+        # a name that only starts like the field's is not the field
+        ("OBJECT<booth_id_old: STRING, event_id: STRING, exit_time: STRING, license_plate: STRING>",
+         False),
+        # nested values and quoted names are left to the field-by-field path
+        (f"OBJECT<{EXIT_SHAPE}, meta: OBJECT<by: STRING>>", False),
+        (f"OBJECT<`a b`: STRING, {EXIT_SHAPE}>", False),
+        (f"ARRAY<OBJECT<{EXIT_SHAPE}>>", False),
+    ],
+)  # fmt: skip
+def test_the_fast_path_pattern_of_exits(shape: str, conforms: bool) -> None:
+    assert bool(re.fullmatch(_shape_pattern(TOLL_EXIT), shape)) is conforms
+
+
+@pytest.mark.parametrize(
+    ("toll", "vehicle_type", "conforms"),
+    [
+        ("DECIMAL(3,2)", "BIGINT", True),
+        ("BIGINT", "BIGINT", True),
+        ("DECIMAL(4,3)", "BIGINT", False),  # three decimal places
+        ("DOUBLE", "BIGINT", False),
+        ("DECIMAL(3,2)", "DOUBLE", False),
+        ("STRING", "BIGINT", False),
+    ],
+)
+def test_the_fast_path_pattern_of_entries_checks_number_types(
+    toll: str, vehicle_type: str, conforms: bool
+) -> None:
+    shape = (
+        "OBJECT<booth_id: STRING, entry_time: STRING, event_id: STRING, license_plate: STRING, "
+        f"make: STRING, model: STRING, state: STRING, tag: STRING, toll: {toll}, "
+        f"vehicle_type: {vehicle_type}, weight_kg: DECIMAL(5,1)>"
+    )
+    assert bool(re.fullmatch(_shape_pattern(TOLL_ENTRY), shape)) is conforms
+
+
+def test_the_fast_path_decides_as_the_field_by_field_path(spark: SparkSession) -> None:
+    exit_ = {"event_id": "x-1", "booth_id": "b", "exit_time": "2026-01-05T05:00:00Z",
+             "license_plate": "P"}  # fmt: skip
+    entries = [
+        entry_json(),
+        entry_json(toll=4, weight_kg=1500),
+        entry_json(lane=3, note="plain"),  # other fields: ignored by both paths
+        entry_json(meta={"by": "sensor"}, tags=[1, 2]),
+        entry_json(**{"odd key, with: comma": True}),
+        *[entry_json(**changes) for changes, _ in INVALID_VALUE_CASES],
+        entry_json(booth_id=...),
+        entry_json(toll=None, tag=None),
+        entry_json(entry_time="2026-01-05T07:00:00.001Z"),
+        *[value for value, _ in INVALID_JSON_CASES],
+    ]
+    exits = [json.dumps(exit_).encode(), json.dumps({**exit_, "exit_time": 5}).encode()]
+    records = [("toll.entries", v) for v in entries] + [("toll.exits", v) for v in exits]
+
+    def decided(fast_path: bool) -> tuple[list[Row], dict[str, list[Row]]]:
+        classified = classify_records(raw(spark, *records), TOPICS, timedelta(hours=1), fast_path)
+        decoded = split_classified(classified, TOPICS)
+        dead = decoded.dead_letters.select("source_offset", "reason", "detail")
+        events = {name: frame.orderBy("source_offset").collect()
+                  for name, frame in decoded.events.items()}  # fmt: skip
+        return dead.orderBy("source_offset").collect(), events
+
+    fast, slow = decided(True), decided(False)
+    assert fast == slow
+    # the valid ones, counted by hand: five entries and the first exit
+    assert [len(fast[1][t.name]) for t in (TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION)] == [
+        5,
+        1,
+        0,
+    ]
