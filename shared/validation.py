@@ -31,9 +31,12 @@ apply the same per-kind rules (:data:`_JSON_TYPES`, :func:`_value_rule`).
 
 from __future__ import annotations
 
+import operator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import StrEnum
+from functools import reduce
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -100,6 +103,11 @@ def _json_of(name: str) -> Column:
     return F.variant_get(F.col("_json"), f"$.{name}", "variant")
 
 
+def _json_string(name: str) -> Column:
+    """A field's value as text (a JSON string's contents, else the value's JSON text)."""
+    return F.variant_get(F.col("_json"), f"$.{name}", "string")
+
+
 def _json_type(name: str) -> Column:
     """The JSON type of a field (``STRING``, ``BIGINT``, ``VOID`` for null; null if absent)."""
     return F.col(f"_json_type.{name}")
@@ -114,9 +122,7 @@ def _with_field_types(parsed: DataFrame) -> DataFrame:
     only for records the fast path did not pass (``_conforms``), null for the others."""
     names = sorted({field.name for event_type in EVENT_TYPES for field in event_type.fields})
     types = F.struct(*[F.schema_of_variant(_json_of(name)).alias(name) for name in names])
-    texts = F.struct(
-        *[F.variant_get(F.col("_json"), f"$.{name}", "string").alias(name) for name in names]
-    )
+    texts = F.struct(*[_json_string(name).alias(name) for name in names])
     slow = ~F.col("_conforms")
     return _computed_once(parsed, _json_type=F.when(slow, types), _json_text=F.when(slow, texts))
 
@@ -141,8 +147,9 @@ def _is_missing(field: EventField) -> Column:
     return json_type.isNull() | (json_type == "VOID")
 
 
-def _value_rule(field: EventField, text: Column) -> Column:
-    """True where a field that has one of its kind's JSON types holds an allowed value."""
+def _value_rule(field: EventField, text: Column) -> Column | None:
+    """True where a field that has one of its kind's JSON types holds an allowed value;
+    None for the kinds whose JSON type is the whole rule."""
     match field.kind:
         case FieldKind.IDENTIFIER:
             return F.trim(text) != ""
@@ -155,14 +162,15 @@ def _value_rule(field: EventField, text: Column) -> Column:
             amount = F.try_variant_get(_json_of(field.name), "$", "decimal(12,2)")
             return amount.isNotNull()
         case FieldKind.TEXT | FieldKind.NUMBER | FieldKind.BOOLEAN:
-            return F.lit(True)
+            return None
 
 
 def _is_invalid(field: EventField) -> Column:
     """True where a present field breaks its kind's rule (the slow path's check)."""
     json_type = _json_type(field.name)
     valid = json_type.rlike(f"^({_JSON_TYPES[field.kind]})$")
-    return ~(valid & _value_rule(field, _json_text(field.name)))
+    value_rule = _value_rule(field, _json_text(field.name))
+    return ~(valid if value_rule is None else valid & value_rule)
 
 
 def _shape_pattern(event_type: EventType) -> str:
@@ -185,22 +193,15 @@ def _shape_pattern(event_type: EventType) -> str:
 def _conforms(event_type: EventType) -> Column:
     """The fast path: true only where no field of this event type is missing or invalid
     (the slow path would find nothing to name); false says nothing either way."""
-    fields = event_type.fields
-    checks = [F.col("_shape").rlike(_shape_pattern(event_type))] + [
-        _value_rule(field, F.variant_get(F.col("_json"), f"$.{field.name}", "string"))
-        for field in fields
-        if field.kind not in (FieldKind.TEXT, FieldKind.NUMBER, FieldKind.BOOLEAN)
-    ]
-    conforms = checks[0]
-    for check in checks[1:]:
-        conforms = conforms & check
+    value_rules = [_value_rule(field, _json_string(field.name)) for field in event_type.fields]
+    shape = F.col("_shape").rlike(_shape_pattern(event_type))
+    conforms = reduce(operator.and_, [rule for rule in value_rules if rule is not None], shape)
     return F.coalesce(conforms, F.lit(False))
 
 
 def _typed_value(field: EventField) -> Column:
     if field.kind is FieldKind.TIMESTAMP:
-        text = F.variant_get(F.col("_json"), f"$.{field.name}", "string")
-        return text.try_cast(T.TimestampType()).alias(field.name)
+        return _json_string(field.name).try_cast(T.TimestampType()).alias(field.name)
     return F.try_variant_get(_json_of(field.name), "$", field.spark_type.simpleString()).alias(
         field.name
     )
@@ -220,8 +221,15 @@ def _failures(event_type: EventType) -> Column:
 
 
 def _event_time(event_type: EventType) -> Column:
-    text = F.variant_get(F.col("_json"), f"$.{event_type.time_field}", "string")
-    return text.try_cast(T.TimestampType())
+    return _json_string(event_type.time_field).try_cast(T.TimestampType())
+
+
+def _by_topic(topics: TopicSettings, rule: Callable[[EventType], Column], other: Column) -> Column:
+    """``rule`` of the record's event type, chosen by its topic; ``other`` for unknown topics."""
+    for event_type in EVENT_TYPES:
+        of_type = F.col("topic") == event_type.topic(topics)
+        other = F.when(of_type, rule(event_type)).otherwise(other)
+    return other
 
 
 _LOOKUPS = (
@@ -244,24 +252,16 @@ def classify_records(
     parsed = raw.withColumn("_json", F.when(is_utf8, F.try_parse_json(text)))
     shaped = _computed_once(parsed, _is_utf8=is_utf8, _shape=F.schema_of_variant(F.col("_json")))
 
-    conforms: Column = F.lit(False)
-    for event_type in EVENT_TYPES:
-        of_type = F.col("topic") == event_type.topic(topics)
-        if fast_path:
-            conforms = F.when(of_type, _conforms(event_type)).otherwise(conforms)
+    conforms = _by_topic(topics, _conforms, F.lit(False)) if fast_path else F.lit(False)
     is_object = F.coalesce(F.col("_shape").startswith("OBJECT<"), F.lit(False))
     typed = _with_field_types(_computed_once(shaped, _is_object=is_object, _conforms=conforms))
 
     no_failures = F.struct(F.lit("").alias("missing"), F.lit("").alias("invalid"))
-    failures: Column = F.lit(None)
-    event_time: Column = F.lit(None).cast(T.TimestampType())
-    known_topic: Column = F.lit(False)
-    for event_type in EVENT_TYPES:
-        of_type = F.col("topic") == event_type.topic(topics)
-        failures = F.when(of_type, _failures(event_type)).otherwise(failures)
-        event_time = F.when(of_type, _event_time(event_type)).otherwise(event_time)
-        known_topic = known_topic | of_type
-    failures = F.when(F.col("_conforms"), no_failures).otherwise(failures)
+    failures = F.when(F.col("_conforms"), no_failures).otherwise(
+        _by_topic(topics, _failures, F.lit(None))
+    )
+    event_time = _by_topic(topics, _event_time, F.lit(None).cast(T.TimestampType()))
+    known_topic = F.col("topic").isin([event_type.topic(topics) for event_type in EVENT_TYPES])
     checked = _computed_once(typed, _failures=failures, _event_time=event_time)
 
     latest_allowed = F.col("timestamp") + F.make_dt_interval(
