@@ -20,6 +20,11 @@ time is when the event was sent) for `--seconds`, then reports:
   driver, the broker and the generator (this process and its producer
   processes). On a 2-core machine they compete for the same two cores.
 
+Last, two verdicts over the steps (``lambdaline.bench.measure.speed_verdict``):
+the highest rate it kept up with (less than a second's worth of entries unread
+after the step's drain pause, so the lag did not grow), and the highest that was
+also sustainable in the strict sense (micro-batch p99 under the trigger).
+
 Everything it starts it stops, by pid.
 """
 
@@ -45,6 +50,7 @@ from lambdaline.bench.measure import (
     cpu_seconds_of_tree,
     own_cpu_seconds,
     percentile,
+    speed_verdict,
 )
 from lambdaline.generator import GeneratorConfig, send_to_kafka
 from lambdaline.kafka_broker import ephemeral_broker, status
@@ -159,6 +165,7 @@ def main() -> None:
         ephemeral_broker(Path(state)) as settings,
     ):
         job = None
+        trigger_s = settings.speed_trigger.total_seconds()
         try:
             create_topics(settings)
             env = {
@@ -185,9 +192,18 @@ def main() -> None:
                     os.killpg(job.pid, signal.SIGKILL)
                     job.wait()
 
-    print(f"machine: {os.cpu_count()} cores; step: {args.seconds} s; trigger 1 s; "
+    print(f"machine: {os.cpu_count()} cores; step: {args.seconds} s; trigger {trigger_s:g} s; "
           f"run at {datetime.now(UTC):%Y-%m-%dT%H:%MZ}")  # fmt: skip
     print(json.dumps(results, indent=2))
+    verdict = speed_verdict(results, trigger_s, RECORDS_PER_ENTRY)
+
+    def up_to(rate: int | None) -> str:
+        return f"up to {rate:,} records/s offered" if rate else "at none of the rates offered"
+
+    print(f"kept up (less than 1 s of entries unread after the step): "
+          f"{up_to(verdict['kept_up_records_per_s'])}")  # fmt: skip
+    print(f"sustainable (kept up, and micro-batch p99 <= the {trigger_s:g} s trigger): "
+          f"{up_to(verdict['sustainable_records_per_s'])}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -90,6 +90,33 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
+def speed_verdict(
+    steps: list[dict[str, Any]], trigger_s: float, records_per_entry: float
+) -> dict[str, int | None]:
+    """The highest offered rates the speed job kept up with, from the benchmark's steps.
+
+    A step kept up when, after the benchmark's drain pause, less than one
+    second's worth of offered entries was still unread (so the lag did not grow
+    during the step). It was sustainable in the issue's strict sense when it also
+    kept its micro-batch time p99 under the trigger. ``None``: no step did.
+    """
+
+    def kept_up(step: dict[str, Any]) -> bool:
+        entries_per_s = step["offered_records_per_s"] / records_per_entry
+        return bool(step["entries_backlog_at_end"] < entries_per_s)
+
+    def rate(candidates: list[dict[str, Any]]) -> int | None:
+        return max((step["offered_records_per_s"] for step in candidates), default=None)
+
+    keeping_up = [step for step in steps if kept_up(step)]
+    return {
+        "kept_up_records_per_s": rate(keeping_up),
+        "sustainable_records_per_s": rate(
+            [step for step in keeping_up if step["microbatch_s"]["p99"] <= trigger_s]
+        ),
+    }
+
+
 def machine() -> dict[str, Any]:
     """Cores, memory and the versions that decide the figures."""
     memory_kb = 0
