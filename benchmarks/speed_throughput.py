@@ -23,7 +23,7 @@ time is when the event was sent) for `--seconds`, then reports:
 Last, two verdicts over the steps (``lambdaline.bench.measure.speed_verdict``):
 the highest rate it kept up with (less than a second's worth of entries unread
 after the step's drain pause, so the lag did not grow), and the highest that was
-also sustainable in the strict sense (micro-batch p99 under the trigger).
+also sustainable in the strict sense (micro-batch p99 within the trigger).
 
 Everything it starts it stops, by pid.
 """

@@ -98,7 +98,7 @@ def speed_verdict(
     A step kept up when, after the benchmark's drain pause, less than one
     second's worth of offered entries was still unread (so the lag did not grow
     during the step). It was sustainable in the issue's strict sense when it also
-    kept its micro-batch time p99 under the trigger. ``None``: no step did.
+    kept its micro-batch time p99 within the trigger. ``None``: no step did.
     """
 
     def kept_up(step: dict[str, Any]) -> bool:
