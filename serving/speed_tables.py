@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from shared.batch_store import STORE_TABLE_BY_NAME, StoreTable
 from shared.events import parse_instant
-from shared.topics import VIEW_NAMES
+from shared.topics import DERIVED_QUERY_PREFIX, VIEW_NAMES
 
 
 def stored_instant(text: str) -> datetime:
@@ -101,8 +101,13 @@ class SpeedTables:
 
     @property
     def watermark(self) -> datetime | None:
-        """The speed layer's watermark: the earliest of its view queries' (None before any)."""
-        views = [mark for query, mark in self.watermarks.items() if query.startswith("speed.")]
+        """The speed layer's watermark: the earliest of the watermarks of its queries
+        that read the input topics (None before any)."""
+        views = [
+            mark
+            for query, mark in self.watermarks.items()
+            if query.startswith("speed.") and not query.startswith(DERIVED_QUERY_PREFIX)
+        ]
         return min(views) if views else None
 
     def cursor(self) -> duckdb.DuckDBPyConnection:

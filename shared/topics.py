@@ -36,9 +36,14 @@ def speed_topic(settings: Settings, view_name: str) -> str:
     return f"{settings.topics.speed_prefix}{view_name}"
 
 
-UNREGISTERED_ENTRIES = "internal.unregistered_entries"
-"""The speed layer's internal topic between its registration lookup and its
-``missing_registration`` counts (see speed_layer/registrations.py)."""
+DERIVED_QUERY_PREFIX = "speed.derived."
+"""Names the speed queries that read the speed layer's own internal topics, not the
+input topics: their watermarks trail the input's and do not count towards the
+speed watermark the serving layer publishes."""
+
+DIAGNOSTIC_ENTRIES = "internal.diagnostic_entries"
+"""The speed layer's internal topic between its per-entry lookups and its
+``diagnostics`` counts (see speed_layer/lookups.py)."""
 
 
 def all_topics(settings: Settings) -> list[TopicSpec]:
@@ -55,7 +60,5 @@ def all_topics(settings: Settings) -> list[TopicSpec]:
     ]
     topics.append(TopicSpec(settings.topics.speed_progress, 1, speed_config))
     internal_config = {"retention.ms": retention_ms}
-    topics.append(
-        TopicSpec(speed_topic(settings, UNREGISTERED_ENTRIES), partitions, internal_config)
-    )
+    topics.append(TopicSpec(speed_topic(settings, DIAGNOSTIC_ENTRIES), partitions, internal_config))
     return topics

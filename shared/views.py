@@ -24,6 +24,7 @@ Output columns, named as in DESIGN.md:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 from enum import StrEnum
 
@@ -121,6 +122,7 @@ def trip_matches(entries: DataFrame, exits: DataFrame, max_trip: timedelta, how:
     """
     entry, exit_ = entries.alias("entry"), exits.alias("exit")
     return entry.join(exit_, _trip_condition(max_trip), how).select(
+        F.col("entry.event_id").alias("event_id"),
         F.col("entry.booth_id").alias("booth_id"),
         F.col("entry.license_plate").alias("license_plate"),
         F.col("entry.entry_time").alias("entry_time"),
@@ -151,6 +153,31 @@ def earliest_exits(pairs: DataFrame) -> DataFrame:
             "exit_time",
             trip_duration_seconds(F.col("entry_time"), F.col("exit_time")),
         )
+    )
+
+
+def exit_at_entry(matches: DataFrame) -> DataFrame:
+    """Each entry (by ``event_id``) of a left outer :func:`trip_matches` with its earliest
+    exit, ``exit_time`` null if none (``min`` skips the nulls of unmatched entries).
+
+    One result gives two views, as rows per entry: its trip
+    (:func:`trips_at_entry`) and, if unmatched, its missing exit
+    (:func:`unmatched_entries`). Entries of one booth, plate and entry_time get
+    the same trip, so their rows share the ``vehicle_trips`` key and value.
+    """
+    return matches.groupBy("event_id", "booth_id", "license_plate", "entry_time").agg(
+        F.min("exit_time").alias("exit_time")
+    )
+
+
+def trips_at_entry(at_entry: DataFrame) -> DataFrame:
+    """``vehicle_trips`` rows from :func:`exit_at_entry` (one per entry, not per key)."""
+    return at_entry.where(F.col("exit_time").isNotNull()).select(
+        "booth_id",
+        "license_plate",
+        "entry_time",
+        "exit_time",
+        trip_duration_seconds(F.col("entry_time"), F.col("exit_time")),
     )
 
 
@@ -234,9 +261,10 @@ def expired_registrations(entries: DataFrame, registrations: DataFrame) -> DataF
     return expired_at_entry(registrations_at_entry(entries, registrations))
 
 
-def unregistered_at_entry(at_entry: DataFrame) -> DataFrame:
-    """Diagnostic rows for entries that no registration applies to."""
+def unregistered_at_entry(at_entry: DataFrame, keep: Sequence[str] = ()) -> DataFrame:
+    """Diagnostic rows for entries that no registration applies to (plus the ``keep`` columns)."""
     return at_entry.where(F.col("registration_id").isNull()).select(
+        *keep,
         "booth_id",
         "entry_time",
         F.lit(DiagnosticReason.MISSING_REGISTRATION.value).alias("reason"),
@@ -248,10 +276,11 @@ def missing_exits(entries: DataFrame, exits: DataFrame, max_trip: timedelta) -> 
     return unmatched_entries(trip_matches(entries, exits, max_trip, "left_outer"))
 
 
-def unmatched_entries(matches: DataFrame) -> DataFrame:
-    """Diagnostic rows for the entries a left outer :func:`trip_matches` found no exit for."""
+def unmatched_entries(matches: DataFrame, keep: Sequence[str] = ()) -> DataFrame:
+    """Diagnostic rows for the entries a left outer :func:`trip_matches` (or
+    :func:`exit_at_entry`) found no exit for (plus the ``keep`` columns)."""
     return matches.where(F.col("exit_time").isNull()).select(
-        "booth_id", "entry_time", F.lit(DiagnosticReason.MISSING_EXIT.value).alias("reason")
+        *keep, "booth_id", "entry_time", F.lit(DiagnosticReason.MISSING_EXIT.value).alias("reason")
     )
 
 

@@ -21,23 +21,17 @@ from pyspark.sql.streaming.readwriter import DataStreamWriter
 from shared.events import EVENT_TYPES, TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION, EventType
 from shared.logs import log_event
 from shared.settings import Settings
-from shared.topics import input_topics
+from shared.topics import DERIVED_QUERY_PREFIX, input_topics
 from shared.validation import DecodedRecords, decode_records
-from shared.views import (
-    DiagnosticReason,
-    booth_stats,
-    count_diagnostics,
-    missing_exits,
-    vehicle_trips,
-    without_duplicates,
-)
+from shared.views import booth_stats, without_duplicates
+from speed_layer.lookups import diagnostic_counts, entry_lookups, publish_lookups
 from speed_layer.progress import ProgressPublisher
-from speed_layer.registrations import (
-    publish_registration_decisions,
-    registrations_at_entry_stream,
-    unregistered_entry_counts,
+from speed_layer.speed_store import (
+    brief_java_errors,
+    dead_letter_writer,
+    publish_view,
+    view_writer,
 )
-from speed_layer.speed_store import brief_java_errors, dead_letter_writer, view_writer
 
 logger = logging.getLogger("lambdaline.speed")
 
@@ -97,46 +91,39 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
 
     everything = decoded(*EVENT_TYPES)
     entry_events = decoded(TOLL_ENTRY).of(TOLL_ENTRY)
-    trip_events = decoded(TOLL_ENTRY, TOLL_EXIT)
-    plate_sources = decoded(TOLL_ENTRY, VEHICLE_REGISTRATION)
+    lookup_events = decoded(*EVENT_TYPES)
 
     # event time: watermarks, then duplicates dropped within them
     entries = with_event_time(entry_events, TOLL_ENTRY, settings.watermark)
-    trip_entries = with_event_time(trip_events.of(TOLL_ENTRY), TOLL_ENTRY, settings.watermark)
-    trip_exits = with_event_time(trip_events.of(TOLL_EXIT), TOLL_EXIT, settings.watermark)
+    trip_entries = with_event_time(lookup_events.of(TOLL_ENTRY), TOLL_ENTRY, settings.watermark)
+    exits = with_event_time(lookup_events.of(TOLL_EXIT), TOLL_EXIT, settings.watermark)
 
     # compute views
     stats = booth_stats(entries, settings.window)
-    trips = vehicle_trips(trip_entries, trip_exits, settings.max_trip)
-    registration_decisions = registrations_at_entry_stream(
-        plate_sources.of(TOLL_ENTRY), plate_sources.of(VEHICLE_REGISTRATION), settings.watermark
-    )
-    exitless = count_diagnostics(
-        missing_exits(trip_entries, trip_exits, settings.max_trip), settings.window
-    )
-    unregistered = unregistered_entry_counts(spark, settings)
+    lookups = entry_lookups(
+        trip_entries, exits, lookup_events.of(TOLL_ENTRY),
+        lookup_events.of(VEHICLE_REGISTRATION), settings,
+    )  # fmt: skip
 
     # write sinks: the second phase reads what the first writes (the internal topic)
     first_phase = [
         dead_letter_writer(everything.dead_letters, settings),
         view_writer("booth_stats", stats, settings, output_mode="update"),
-        # append: a trip is final once no earlier exit can still arrive (watermark + max_trip)
-        view_writer("vehicle_trips", trips, settings, output_mode="append"),
-        registration_decisions.writeStream.queryName("speed.expired_registrations")
+        # append: an entry's lookups are final once the watermark has passed what
+        # they wait for (a trip: entry_time + max_trip; a registration: entry_time)
+        lookups.writeStream.queryName("speed.lookups")
         .outputMode("append")
-        .foreachBatch(brief_java_errors(publish_registration_decisions(settings)))
-        .option("checkpointLocation", str(settings.checkpoints_dir / "speed" / "registrations")),
-        view_writer(
-            "diagnostics", exitless, settings, output_mode="append",
-            part=DiagnosticReason.MISSING_EXIT.value,
-        ),
-    ]  # fmt: skip
+        .foreachBatch(brief_java_errors(publish_lookups(settings)))
+        .option("checkpointLocation", str(settings.checkpoints_dir / "speed" / "lookups")),
+    ]
     second_phase = [
-        view_writer(
-            "diagnostics", unregistered, settings, output_mode="update",
-            part=DiagnosticReason.MISSING_REGISTRATION.value,
-        ),
-    ]  # fmt: skip
+        # derived: reads the lookups' internal topic, not the input topics
+        diagnostic_counts(spark, settings)
+        .writeStream.queryName(f"{DERIVED_QUERY_PREFIX}diagnostics")
+        .outputMode("update")
+        .foreachBatch(brief_java_errors(publish_view("diagnostics", settings)))
+        .option("checkpointLocation", str(settings.checkpoints_dir / "speed" / "diagnostics")),
+    ]
     # continuous: everything at once; available-now: drain phase by phase
     phases = [first_phase, second_phase] if available_now else [first_phase + second_phase]
     started: list[StreamingQuery] = []

@@ -12,7 +12,7 @@ from kafka import KafkaProducer
 from pyspark.sql import SparkSession
 
 from shared.settings import Settings
-from shared.topics import UNREGISTERED_ENTRIES, speed_topic
+from shared.topics import DIAGNOSTIC_ENTRIES, speed_topic
 from speed_layer import job
 from tests.integration.helpers import (
     entry_value,
@@ -238,7 +238,7 @@ def test_expired_registrations_and_diagnostics(
     ]
 
 
-def test_a_replayed_lookup_batch_does_not_count_its_unregistered_entries_twice(
+def test_a_replayed_lookup_batch_does_not_count_its_diagnostic_entries_twice(
     kafka: Settings, spark: SparkSession, tmp_path: Path
 ) -> None:
     settings = isolated_settings(kafka, tmp_path)
@@ -251,23 +251,40 @@ def test_a_replayed_lookup_batch_does_not_count_its_unregistered_entries_twice(
         # moves the watermark past 10:05; itself undecided at the end of the run
         (b"P1", entry_value("e9", "b9", "P1", "2026-01-05T12:30:00.000Z", "1.00"), "2026-01-05T12:30:00.100Z"),
     ])  # fmt: skip
+    # the lookups' watermark is the entries' and the exits' minimum: exits must flow too
+    send(settings, settings.topics.exits, [
+        (b"P1", exit_value("x9", "b9", "P1", "2026-01-05T12:31:00.000Z"), "2026-01-05T12:31:00.100Z"),
+    ])  # fmt: skip
     job.run(spark, settings, available_now=True)
 
-    def missing_registrations() -> list[dict[str, object]]:
-        rows = speed_view(settings, "diagnostics").values()
-        return [without_batch_id(row) for row in rows if row["reason"] == "missing_registration"]
+    def diagnostics() -> list[dict[str, object]]:
+        rows = [without_batch_id(row) for row in speed_view(settings, "diagnostics").values()]
+        return sorted(rows, key=lambda row: (str(row["window_start"]), str(row["reason"])))
 
+    # e1 and e3 have no exit within max_trip (the watermark, 12:28, is past 11:05);
+    # e3 has no registration
     expected = [
+        {"booth_id": "b1", "window_start": "2026-01-05T10:00:00.000Z",
+         "reason": "missing_exit", "count": 1},
+        {"booth_id": "b1", "window_start": "2026-01-05T10:05:00.000Z",
+         "reason": "missing_exit", "count": 1},
         {"booth_id": "b1", "window_start": "2026-01-05T10:05:00.000Z",
          "reason": "missing_registration", "count": 1},
     ]  # fmt: skip
-    assert missing_registrations() == expected
+    assert diagnostics() == expected
 
     # a crash after the lookup's micro-batch wrote the internal topic but before
     # Spark committed it: the replay writes the same records again
-    internal = speed_topic(settings, UNREGISTERED_ENTRIES)
+    internal = speed_topic(settings, DIAGNOSTIC_ENTRIES)
     written = read_all(settings, internal)
-    assert [json.loads(record.value)["event_id"] for record in written] == ["e3"]
+    decided = sorted(
+        (json.loads(r.value)["event_id"], json.loads(r.value)["reason"]) for r in written
+    )
+    assert decided == [
+        ("e1", "missing_exit"),
+        ("e3", "missing_exit"),
+        ("e3", "missing_registration"),
+    ]
     producer = KafkaProducer(bootstrap_servers=settings.kafka_bootstrap)
     for record in written:
         producer.send(internal, key=record.key, value=record.value, timestamp_ms=record.timestamp)
@@ -275,4 +292,4 @@ def test_a_replayed_lookup_batch_does_not_count_its_unregistered_entries_twice(
     producer.close()
     job.run(spark, settings, available_now=True)
 
-    assert missing_registrations() == expected
+    assert diagnostics() == expected

@@ -1,0 +1,201 @@
+"""The speed layer's per-entry lookups: each entry's trip and its registration.
+
+One streaming query decides, for every entry, the earliest exit that ends its
+trip and the registration that applies to it, and its foreachBatch function
+writes what those decisions give: ``vehicle_trips`` and
+``expired_registrations`` rows to the speed store, and the entries missing an
+exit or a registration to an internal topic, which a second, small query counts
+per window into ``diagnostics`` (:func:`diagnostic_counts`). Each decision is
+one stateful operator, so each join keeps its state once.
+
+**The trip.** The shared left outer trip join (:func:`shared.views.trip_matches`)
+and the earliest exit per entry (:func:`shared.views.exit_at_entry`). Spark emits
+an entry once the watermark passes entry_time + max_trip, when no earlier exit
+can still arrive: with its exit, a trip; without one, a missing exit.
+
+**The registration.** The rule is :func:`shared.views.registrations_at_entry`, the same function the
+batch layer calls: each entry left-outer-joined to its plate's registrations
+recorded at or before it, the latest one winning. Streaming Spark runs that
+plan natively (a stream-stream join, then an aggregation per entry), with one
+condition: both sides must carry **one** watermark.
+
+Registrations are recorded days before the entries that use them. With a
+watermark of their own it would stay days behind, and Spark's query-wide
+watermark (the minimum over the inputs) would hold every entry back. So
+entries and registrations are one stream with one event-time column
+(:func:`plate_events`), deduplicated, then split into the join's two sides:
+both carry its watermark. A registration later than the watermark is dropped
+as late, like any other event. An entry is decided once the watermark passes
+its entry_time, when every registration recorded before it has arrived.
+
+The join has no lower time bound (a registration applies however old it is),
+so registrations are never evicted from its state: it grows with the number of
+registrations seen. The batch layer's lookup is the same, over all of them.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from shared.settings import Settings
+from shared.topics import DIAGNOSTIC_ENTRIES, speed_topic
+from shared.views import (
+    count_diagnostics,
+    exit_at_entry,
+    expired_at_entry,
+    registrations_at_entry,
+    trip_matches,
+    trips_at_entry,
+    unmatched_entries,
+    unregistered_at_entry,
+)
+from speed_layer.speed_store import (
+    JSON_OPTIONS,
+    MicroBatchFunction,
+    kafka_sink_options,
+    speed_records,
+)
+
+TRIP, REGISTRATION = "trip", "registration"
+"""The two lookups, as the ``lookup`` column of :func:`entry_lookups` names them."""
+
+DIAGNOSTIC_ENTRY_SCHEMA = "event_id string, booth_id string, entry_time timestamp, reason string"
+"""An internal-topic record: one entry missing an exit or a registration."""
+
+
+def plate_events(entries: DataFrame, registrations: DataFrame, watermark: timedelta) -> DataFrame:
+    """Entries and registrations as one stream with one event-time column and watermark."""
+    as_entries = entries.select(
+        F.lit("entry").alias("kind"), "event_id", "booth_id", "license_plate",
+        F.lit(None).cast("string").alias("registration_id"),
+        F.lit(None).cast("boolean").alias("expired"),
+        F.col("entry_time").alias("event_time"),
+    )  # fmt: skip
+    as_registrations = registrations.select(
+        F.lit("registration").alias("kind"), "event_id",
+        F.lit(None).cast("string").alias("booth_id"), "license_plate", "registration_id",
+        "expired", F.col("registration_time").alias("event_time"),
+    )  # fmt: skip
+    return (
+        as_entries.unionByName(as_registrations)
+        .withWatermark("event_time", f"{int(watermark.total_seconds())} seconds")
+        .dropDuplicatesWithinWatermark(["event_id"])
+    )
+
+
+def registrations_at_entry_stream(
+    entries: DataFrame, registrations: DataFrame, watermark: timedelta
+) -> DataFrame:
+    """Each entry with its applicable registration, once the watermark has passed it."""
+    plates = plate_events(entries, registrations, watermark)
+    entry_side = plates.where(F.col("kind") == "entry").select(
+        "event_id", "booth_id", "license_plate", F.col("event_time").alias("entry_time")
+    )
+    registration_side = plates.where(F.col("kind") == "registration").select(
+        "license_plate", F.col("event_time").alias("registration_time"),
+        "registration_id", "expired", "event_id",
+    )  # fmt: skip
+    return registrations_at_entry(entry_side, registration_side)
+
+
+def entry_lookups(
+    trip_entries: DataFrame,
+    exits: DataFrame,
+    plate_entries: DataFrame,
+    registrations: DataFrame,
+    settings: Settings,
+) -> DataFrame:
+    """Both lookups of every entry, one row per entry and lookup (append mode).
+
+    ``lookup`` says which: a ``trip`` row has ``exit_time`` (null: no exit within
+    max_trip), a ``registration`` row ``registration_id`` and ``expired`` (null:
+    no registration at entry time). Entries come twice, deduplicated by each
+    lookup's own event-time stream (see :func:`plate_events` for why the
+    registration lookup needs its own).
+    """
+    trips = exit_at_entry(trip_matches(trip_entries, exits, settings.max_trip, "left_outer"))
+    plates = registrations_at_entry_stream(plate_entries, registrations, settings.watermark)
+    return trips.withColumn("lookup", F.lit(TRIP)).unionByName(
+        plates.withColumn("lookup", F.lit(REGISTRATION)), allowMissingColumns=True
+    )
+
+
+def _diagnostic_entries(rows: DataFrame) -> DataFrame:
+    """Internal-topic records (key: plate) of diagnostic rows that kept event_id and plate."""
+    value = F.to_json(F.struct("event_id", "booth_id", "entry_time", "reason"), JSON_OPTIONS)
+    return rows.select(F.col("license_plate").alias("key"), value.alias("value"))
+
+
+def publish_lookups(settings: Settings) -> MicroBatchFunction:
+    """foreachBatch: trips and expired registrations to the speed store, entries missing
+    an exit or a registration to the internal topic, in one Kafka write."""
+    options = kafka_sink_options(settings)
+    trips_topic = speed_topic(settings, "vehicle_trips")
+    expired_topic = speed_topic(settings, "expired_registrations")
+    internal_topic = speed_topic(settings, DIAGNOSTIC_ENTRIES)
+
+    def records(topic: str, keyed: DataFrame) -> DataFrame:
+        return keyed.select(F.lit(topic).alias("topic"), "key", "value")
+
+    def publish(lookups: DataFrame, batch_id: int) -> None:
+        lookups.persist()  # three selects read it below: compute it once
+        try:
+            trip = lookups.where(F.col("lookup") == TRIP)
+            registration = lookups.where(F.col("lookup") == REGISTRATION)
+            trips = speed_records("vehicle_trips", trips_at_entry(trip), batch_id)
+            expired = speed_records(
+                "expired_registrations", expired_at_entry(registration), batch_id
+            )
+            keep = ["event_id", "license_plate"]
+            diagnostic = unmatched_entries(trip, keep).unionByName(
+                unregistered_at_entry(registration, keep)
+            )
+            (
+                records(trips_topic, trips)
+                .unionByName(records(expired_topic, expired))
+                .unionByName(records(internal_topic, _diagnostic_entries(diagnostic)))
+                .write.format("kafka")
+                .options(**options)
+                .save()
+            )
+        finally:
+            lookups.unpersist()
+
+    return publish
+
+
+def diagnostic_counts(spark: SparkSession, settings: Settings) -> DataFrame:
+    """``diagnostics``: the internal topic's entries counted per booth, window and reason.
+
+    The internal topic is written at least once: a micro-batch of the lookups
+    that is replayed after a crash (its records written, its commit not) writes
+    its entries again. So the count drops copies (same ``event_id`` and reason)
+    within its watermark, as the views drop duplicate events.
+
+    The watermark is on entry_time, and its delay is max_trip + the watermark:
+    an entry's missing registration is decided once the lookups' watermark
+    passes its entry_time, its missing exit only once it passes entry_time +
+    max_trip, so the count sees entries up to max_trip apart in entry_time, and
+    with a shorter delay it would drop the missing exits as late. The delay
+    only keeps state longer: in update mode a count is written as it changes.
+    """
+    delay = settings.max_trip + settings.watermark
+    entries = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        .option("subscribe", speed_topic(settings, DIAGNOSTIC_ENTRIES))
+        .option("startingOffsets", "earliest")
+        .load()
+        .select(
+            F.from_json(F.col("value").cast("string"), DIAGNOSTIC_ENTRY_SCHEMA, JSON_OPTIONS).alias(
+                "entry"
+            )
+        )
+        .select("entry.*")
+        .withWatermark("entry_time", f"{int(delay.total_seconds())} seconds")
+        .dropDuplicatesWithinWatermark(["event_id", "reason"])
+    )
+    return count_diagnostics(entries, settings.window)
