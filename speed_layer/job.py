@@ -59,11 +59,14 @@ def delay(watermark: timedelta) -> str:
     return f"{int(watermark.total_seconds())} seconds"
 
 
+def watermarked(events: DataFrame, event_type: EventType, watermark: timedelta) -> DataFrame:
+    """Declare the event-time column and how late its events may be."""
+    return events.withWatermark(event_type.time_field, delay(watermark))
+
+
 def with_event_time(events: DataFrame, event_type: EventType, watermark: timedelta) -> DataFrame:
     """Declare the event-time column and how late its events may be, then drop duplicates."""
-    return events.withWatermark(event_type.time_field, delay(watermark)).transform(
-        without_duplicates
-    )
+    return watermarked(events, event_type, watermark).transform(without_duplicates)
 
 
 def _started(writer: DataStreamWriter, settings: Settings, available_now: bool) -> StreamingQuery:
@@ -95,8 +98,9 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
 
     # event time: watermarks, then duplicates dropped within them
     entries = with_event_time(entry_events, TOLL_ENTRY, settings.watermark)
-    trip_entries = with_event_time(lookup_events.of(TOLL_ENTRY), TOLL_ENTRY, settings.watermark)
-    exits = with_event_time(lookup_events.of(TOLL_EXIT), TOLL_EXIT, settings.watermark)
+    # (the lookups need no deduplication: speed_layer/lookups.py says why)
+    trip_entries = watermarked(lookup_events.of(TOLL_ENTRY), TOLL_ENTRY, settings.watermark)
+    exits = watermarked(lookup_events.of(TOLL_EXIT), TOLL_EXIT, settings.watermark)
 
     # compute views
     stats = booth_stats(entries, settings.window)

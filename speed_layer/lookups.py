@@ -5,32 +5,42 @@ trip and the registration that applies to it, and its foreachBatch function
 writes what those decisions give: ``vehicle_trips`` and
 ``expired_registrations`` rows to the speed store, and the entries missing an
 exit or a registration to an internal topic, which a second, small query counts
-per window into ``diagnostics`` (:func:`diagnostic_counts`). Each decision is
-one stateful operator, so each join keeps its state once.
+per window into ``diagnostics`` (:func:`diagnostic_counts`). Each join runs
+once, so its state is kept once.
 
 **The trip.** The shared left outer trip join (:func:`shared.views.trip_matches`)
 and the earliest exit per entry (:func:`shared.views.exit_at_entry`). Spark emits
 an entry once the watermark passes entry_time + max_trip, when no earlier exit
 can still arrive: with its exit, a trip; without one, a missing exit.
 
-**The registration.** The rule is :func:`shared.views.registrations_at_entry`, the same function the
-batch layer calls: each entry left-outer-joined to its plate's registrations
-recorded at or before it, the latest one winning. Streaming Spark runs that
-plan natively (a stream-stream join, then an aggregation per entry), with one
-condition: both sides must carry **one** watermark.
+**The registration.** The rule is :func:`shared.views.registrations_at_entry`,
+the same function the batch layer calls: each entry left-outer-joined to its
+plate's registrations recorded at or before it, the latest one winning.
+Streaming Spark runs that plan natively (a stream-stream join, then an
+aggregation per entry), with one condition: both sides must carry **one**
+watermark. Registrations are recorded days before the entries that use them.
+With a watermark of their own it would stay days behind, and Spark's
+query-wide watermark (the minimum over the inputs) would hold every entry
+back. So entries and registrations are one stream with one event-time column
+(:func:`plate_events`), split into the join's two sides: both carry its
+watermark. A registration later than the watermark is dropped as late, like
+any other event. An entry is decided once the watermark passes its entry_time,
+when every registration recorded before it has arrived. The join has no lower
+time bound (a registration applies however old it is), so registrations are
+never evicted from its state: it grows with the number of registrations seen.
+The batch layer's lookup is the same, over all of them.
 
-Registrations are recorded days before the entries that use them. With a
-watermark of their own it would stay days behind, and Spark's query-wide
-watermark (the minimum over the inputs) would hold every entry back. So
-entries and registrations are one stream with one event-time column
-(:func:`plate_events`), deduplicated, then split into the join's two sides:
-both carry its watermark. A registration later than the watermark is dropped
-as late, like any other event. An entry is decided once the watermark passes
-its entry_time, when every registration recorded before it has arrived.
+**No deduplication step.** Both lookups end in an aggregation per entry
+``event_id`` whose result is a ``min`` or ``max``: copies of an entry fall into
+its one group, and copies of an exit or registration do not change a minimum
+or maximum. So duplicates (same ``event_id``, at-least-once producers) cannot
+change a decision, and the query leaves out ``dropDuplicatesWithinWatermark``,
+which would be a stateful operator (a shuffle and a state store) per join side.
+Copies later than the watermark are dropped by the join as late rows.
 
-The join has no lower time bound (a registration applies however old it is),
-so registrations are never evicted from its state: it grows with the number of
-registrations seen. The batch layer's lookup is the same, over all of them.
+**One watermark for both lookups.** Being one query, the lookups share Spark's
+query-wide watermark, the minimum over the entries', exits' and plate stream's:
+until exits flow, no entry is decided, registrations included.
 """
 
 from __future__ import annotations
@@ -79,10 +89,8 @@ def plate_events(entries: DataFrame, registrations: DataFrame, watermark: timede
         F.lit(None).cast("string").alias("booth_id"), "license_plate", "registration_id",
         "expired", F.col("registration_time").alias("event_time"),
     )  # fmt: skip
-    return (
-        as_entries.unionByName(as_registrations)
-        .withWatermark("event_time", f"{int(watermark.total_seconds())} seconds")
-        .dropDuplicatesWithinWatermark(["event_id"])
+    return as_entries.unionByName(as_registrations).withWatermark(
+        "event_time", f"{int(watermark.total_seconds())} seconds"
     )
 
 
@@ -112,9 +120,9 @@ def entry_lookups(
 
     ``lookup`` says which: a ``trip`` row has ``exit_time`` (null: no exit within
     max_trip), a ``registration`` row ``registration_id`` and ``expired`` (null:
-    no registration at entry time). Entries come twice, deduplicated by each
-    lookup's own event-time stream (see :func:`plate_events` for why the
-    registration lookup needs its own).
+    no registration at entry time). The inputs carry their watermarks and need
+    no deduplication (see the module's docstring); the registration lookup
+    reads entries and registrations through :func:`plate_events`.
     """
     trips = exit_at_entry(trip_matches(trip_entries, exits, settings.max_trip, "left_outer"))
     plates = registrations_at_entry_stream(plate_entries, registrations, settings.watermark)
