@@ -176,6 +176,8 @@ def test_expired_registrations_and_diagnostics(
     send(settings, settings.topics.registrations, [
         (b"P1", registration_value("r1", "R1", "P1", False, "2025-12-20T09:00:00.000Z"), "2025-12-20T09:00:00.100Z"),
         (b"P2", registration_value("r2", "R2", "P2", True, "2025-12-01T00:00:00.000Z"), "2025-12-01T00:00:00.100Z"),
+        # copies (same event_id) sent again, here and below: each event counts once
+        (b"P2", registration_value("r2", "R2", "P2", True, "2025-12-01T00:00:00.000Z"), "2025-12-01T00:00:05.000Z"),
         (b"P1", registration_value("r1b", "R1b", "P1", True, "2026-01-05T10:00:30.000Z"), "2026-01-05T10:00:30.100Z"),
     ])  # fmt: skip
     send(settings, settings.topics.entries, [
@@ -183,11 +185,14 @@ def test_expired_registrations_and_diagnostics(
         (b"P1", entry_value("e4", "b2", "P1", "2026-01-05T10:01:00.000Z", "7.25"), "2026-01-05T10:01:00.100Z"),
         (b"P2", entry_value("e2", "b1", "P2", "2026-01-05T10:03:00.000Z", "4.00"), "2026-01-05T10:03:00.100Z"),
         (b"P3", entry_value("e3", "b1", "P3", "2026-01-05T10:05:00.000Z", "5.75"), "2026-01-05T10:05:00.100Z"),
+        (b"P3", entry_value("e3", "b1", "P3", "2026-01-05T10:05:00.000Z", "5.75"), "2026-01-05T10:05:04.000Z"),
+        (b"P2", entry_value("e2", "b1", "P2", "2026-01-05T10:03:00.000Z", "4.00"), "2026-01-05T10:05:05.000Z"),
         # closes the morning; itself undecided at the end of the run
         (b"P9", entry_value("e9", "b9", "P9", "2026-01-05T12:30:00.000Z", "1.00"), "2026-01-05T12:30:00.100Z"),
     ])  # fmt: skip
     send(settings, settings.topics.exits, [
         (b"P1", exit_value("x1", "b1", "P1", "2026-01-05T10:12:00.000Z"), "2026-01-05T10:12:00.100Z"),
+        (b"P1", exit_value("x1", "b1", "P1", "2026-01-05T10:12:00.000Z"), "2026-01-05T10:12:03.000Z"),
         (b"P1", exit_value("x4", "b2", "P1", "2026-01-05T10:31:00.000Z"), "2026-01-05T10:31:00.100Z"),
         (b"P2", exit_value("x2", "b1", "P2", "2026-01-05T11:04:00.000Z"), "2026-01-05T11:04:00.100Z"),
         (b"P9", exit_value("x9", "b9", "P9", "2026-01-05T12:31:00.000Z"), "2026-01-05T12:31:00.100Z"),
