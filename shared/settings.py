@@ -154,7 +154,13 @@ class Settings(BaseSettings):
         'LAMBDALINE_SPARK_CONF=\'{"spark.scheduler.mode": "FAIR"}\' (spark-submit: use --conf)',
     )
     speed_trigger: Duration = Field(
-        timedelta(seconds=1), description="micro-batch interval of the continuous speed job"
+        timedelta(seconds=1),
+        description="micro-batch interval of the continuous speed job's booth_stats query",
+    )
+    speed_lookup_trigger: Duration = Field(
+        timedelta(seconds=10),
+        description="micro-batch interval of its other queries (lookups with dead letters, "
+        "diagnostics counts), whose answers wait for the watermark or max_trip anyway",
     )
     speed_max_offsets_per_trigger: int | None = Field(
         None, ge=1, description="cap on Kafka records per micro-batch (none = all available)"
@@ -219,6 +225,7 @@ class Settings(BaseSettings):
         "speed_retention",
         "kafka_timeout",
         "speed_trigger",
+        "speed_lookup_trigger",
     )
     @classmethod
     def _positive(cls, value: timedelta) -> timedelta:

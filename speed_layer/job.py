@@ -28,7 +28,6 @@ from speed_layer.lookups import diagnostic_counts, entry_lookups, publish_lookup
 from speed_layer.progress import ProgressPublisher
 from speed_layer.speed_store import (
     brief_java_errors,
-    dead_letter_writer,
     publish_view,
     view_writer,
 )
@@ -69,11 +68,10 @@ def with_event_time(events: DataFrame, event_type: EventType, watermark: timedel
     return watermarked(events, event_type, watermark).transform(without_duplicates)
 
 
-def _started(writer: DataStreamWriter, settings: Settings, available_now: bool) -> StreamingQuery:
+def _started(writer: DataStreamWriter, available_now: bool, interval: timedelta) -> StreamingQuery:
     if available_now:
         return writer.trigger(availableNow=True).start()
-    interval = f"{settings.speed_trigger.total_seconds()} seconds"
-    return writer.trigger(processingTime=interval).start()
+    return writer.trigger(processingTime=f"{interval.total_seconds()} seconds").start()
 
 
 def run(spark: SparkSession, settings: Settings, available_now: bool = False) -> None:
@@ -81,7 +79,8 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
     log_event(
         logger, "speed_start", master=spark.sparkContext.master,
         topics=input_topics(settings), checkpoints=str(settings.checkpoints_dir / "speed"),
-        available_now=available_now,
+        available_now=available_now, trigger_s=settings.speed_trigger.total_seconds(),
+        lookup_trigger_s=settings.speed_lookup_trigger.total_seconds(),
     )  # fmt: skip
     listener = ProgressPublisher(settings)
     spark.streams.addListener(listener)
@@ -92,41 +91,48 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
         raw = read_input_topics(spark, settings, event_types)
         return decode_records(raw, settings.topics, settings.max_future_skew)
 
-    everything = decoded(*EVENT_TYPES)
     entry_events = decoded(TOLL_ENTRY).of(TOLL_ENTRY)
-    lookup_events = decoded(*EVENT_TYPES)
+    everything = decoded(*EVENT_TYPES)
 
     # event time: watermarks, then duplicates dropped within them
     entries = with_event_time(entry_events, TOLL_ENTRY, settings.watermark)
     # (the lookups need no deduplication: speed_layer/lookups.py says why)
-    trip_entries = watermarked(lookup_events.of(TOLL_ENTRY), TOLL_ENTRY, settings.watermark)
-    exits = watermarked(lookup_events.of(TOLL_EXIT), TOLL_EXIT, settings.watermark)
+    trip_entries = watermarked(everything.of(TOLL_ENTRY), TOLL_ENTRY, settings.watermark)
+    exits = watermarked(everything.of(TOLL_EXIT), TOLL_EXIT, settings.watermark)
 
     # compute views
     stats = booth_stats(entries, settings.window)
     lookups = entry_lookups(
-        trip_entries, exits, lookup_events.of(TOLL_ENTRY),
-        lookup_events.of(VEHICLE_REGISTRATION), settings,
+        trip_entries, exits, everything.of(TOLL_ENTRY),
+        everything.of(VEHICLE_REGISTRATION), everything.dead_letters, settings,
     )  # fmt: skip
 
-    # write sinks: the second phase reads what the first writes (the internal topic)
+    # write sinks, each with its trigger: booth_stats is the freshest view; the
+    # lookups' answers wait for the watermark (or max_trip) anyway. The second
+    # phase reads what the first writes (the internal topic).
+    fast, slow = settings.speed_trigger, settings.speed_lookup_trigger
     first_phase = [
-        dead_letter_writer(everything.dead_letters, settings),
-        view_writer("booth_stats", stats, settings, output_mode="update"),
+        (view_writer("booth_stats", stats, settings, output_mode="update"), fast),
         # append: an entry's lookups are final once the watermark has passed what
         # they wait for (a trip: entry_time + max_trip; a registration: entry_time)
-        lookups.writeStream.queryName("speed.lookups")
-        .outputMode("append")
-        .foreachBatch(brief_java_errors(publish_lookups(settings)))
-        .option("checkpointLocation", str(settings.checkpoints_dir / "speed" / "lookups")),
+        (
+            lookups.writeStream.queryName("speed.lookups")
+            .outputMode("append")
+            .foreachBatch(brief_java_errors(publish_lookups(settings)))
+            .option("checkpointLocation", str(settings.checkpoints_dir / "speed" / "lookups")),
+            slow,
+        ),
     ]
     second_phase = [
         # derived: reads the lookups' internal topic, not the input topics
-        diagnostic_counts(spark, settings)
-        .writeStream.queryName(f"{DERIVED_QUERY_PREFIX}diagnostics")
-        .outputMode("update")
-        .foreachBatch(brief_java_errors(publish_view("diagnostics", settings)))
-        .option("checkpointLocation", str(settings.checkpoints_dir / "speed" / "diagnostics")),
+        (
+            diagnostic_counts(spark, settings)
+            .writeStream.queryName(f"{DERIVED_QUERY_PREFIX}diagnostics")
+            .outputMode("update")
+            .foreachBatch(brief_java_errors(publish_view("diagnostics", settings)))
+            .option("checkpointLocation", str(settings.checkpoints_dir / "speed" / "diagnostics")),
+            slow,
+        ),
     ]
     # continuous: everything at once; available-now: drain phase by phase
     phases = [first_phase, second_phase] if available_now else [first_phase + second_phase]
@@ -144,7 +150,7 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
         for phase in phases:
             if stop_requested.is_set():
                 break
-            queries = [_started(writer, settings, available_now) for writer in phase]
+            queries = [_started(writer, available_now, interval) for writer, interval in phase]
             started += queries
             for query in queries:
                 while not stop_requested.is_set() and not query.awaitTermination(STOP_POLL_S):

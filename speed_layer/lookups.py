@@ -6,7 +6,10 @@ writes what those decisions give: ``vehicle_trips`` and
 ``expired_registrations`` rows to the speed store, and the entries missing an
 exit or a registration to an internal topic, which a second, small query counts
 per window into ``diagnostics`` (:func:`diagnostic_counts`). Each join runs
-once, so its state is kept once.
+once, so its state is kept once. The same query carries the input's dead
+letters to ``dead.letters``. Its answers wait for the watermark (or max_trip)
+anyway, so it runs on a longer trigger than booth_stats
+(``speed_lookup_trigger``).
 
 **The trip.** The shared left outer trip join (:func:`shared.views.trip_matches`)
 and the earliest exit per entry (:func:`shared.views.exit_at_entry`). Spark emits
@@ -65,12 +68,13 @@ from shared.views import (
 from speed_layer.speed_store import (
     JSON_OPTIONS,
     MicroBatchFunction,
+    dead_letter_records,
     kafka_sink_options,
     speed_records,
 )
 
-TRIP, REGISTRATION = "trip", "registration"
-"""The two lookups, as the ``lookup`` column of :func:`entry_lookups` names them."""
+TRIP, REGISTRATION, DEAD_LETTER = "trip", "registration", "dead_letter"
+"""The kinds of row of :func:`entry_lookups` (its ``kind`` column)."""
 
 DIAGNOSTIC_ENTRY_SCHEMA = "event_id string, booth_id string, entry_time timestamp, reason string"
 """An internal-topic record: one entry missing an exit or a registration."""
@@ -114,20 +118,26 @@ def entry_lookups(
     exits: DataFrame,
     plate_entries: DataFrame,
     registrations: DataFrame,
+    dead_letters: DataFrame,
     settings: Settings,
 ) -> DataFrame:
-    """Both lookups of every entry, one row per entry and lookup (append mode).
+    """Both lookups of every entry, and the dead letters, as one stream (append mode).
 
-    ``lookup`` says which: a ``trip`` row has ``exit_time`` (null: no exit within
-    max_trip), a ``registration`` row ``registration_id`` and ``expired`` (null:
-    no registration at entry time). The inputs carry their watermarks and need
-    no deduplication (see the module's docstring); the registration lookup
-    reads entries and registrations through :func:`plate_events`.
+    ``kind`` says what a row is: a ``trip`` row has ``exit_time`` (null: no exit
+    within max_trip), a ``registration`` row ``registration_id`` and ``expired``
+    (null: no registration at entry time), a ``dead_letter`` row the columns of
+    :attr:`shared.validation.DecodedRecords.dead_letters`; the other columns are
+    null. The inputs carry their watermarks and need no deduplication (see the
+    module's docstring); the registration lookup reads entries and registrations
+    through :func:`plate_events`. Dead letters ride along, stateless: a query of
+    their own would cost a micro-batch of its own every trigger.
     """
     trips = exit_at_entry(trip_matches(trip_entries, exits, settings.max_trip, "left_outer"))
     plates = registrations_at_entry_stream(plate_entries, registrations, settings.watermark)
-    return trips.withColumn("lookup", F.lit(TRIP)).unionByName(
-        plates.withColumn("lookup", F.lit(REGISTRATION)), allowMissingColumns=True
+    return (
+        trips.withColumn("kind", F.lit(TRIP))
+        .unionByName(plates.withColumn("kind", F.lit(REGISTRATION)), allowMissingColumns=True)
+        .unionByName(dead_letters.withColumn("kind", F.lit(DEAD_LETTER)), allowMissingColumns=True)
     )
 
 
@@ -139,20 +149,22 @@ def _diagnostic_entries(rows: DataFrame) -> DataFrame:
 
 def publish_lookups(settings: Settings) -> MicroBatchFunction:
     """foreachBatch: trips and expired registrations to the speed store, entries missing
-    an exit or a registration to the internal topic, in one Kafka write."""
+    an exit or a registration to the internal topic, dead letters to ``dead.letters``,
+    in one Kafka write."""
     options = kafka_sink_options(settings)
     trips_topic = speed_topic(settings, "vehicle_trips")
     expired_topic = speed_topic(settings, "expired_registrations")
     internal_topic = speed_topic(settings, DIAGNOSTIC_ENTRIES)
+    dead_letters_topic = settings.topics.dead_letters
 
     def records(topic: str, keyed: DataFrame) -> DataFrame:
-        return keyed.select(F.lit(topic).alias("topic"), "key", "value")
+        return keyed.select(F.lit(topic).alias("topic"), F.col("key").cast("binary"), "value")
 
-    def publish(lookups: DataFrame, batch_id: int) -> None:
-        lookups.persist()  # three selects read it below: compute it once
+    def publish(rows: DataFrame, batch_id: int) -> None:
+        rows.persist()  # four selects read it below: compute it once
         try:
-            trip = lookups.where(F.col("lookup") == TRIP)
-            registration = lookups.where(F.col("lookup") == REGISTRATION)
+            trip = rows.where(F.col("kind") == TRIP)
+            registration = rows.where(F.col("kind") == REGISTRATION)
             trips = speed_records("vehicle_trips", trips_at_entry(trip), batch_id)
             expired = speed_records(
                 "expired_registrations", expired_at_entry(registration), batch_id
@@ -161,16 +173,18 @@ def publish_lookups(settings: Settings) -> MicroBatchFunction:
             diagnostic = unmatched_entries(trip, keep).unionByName(
                 unregistered_at_entry(registration, keep)
             )
+            dead = dead_letter_records(rows.where(F.col("kind") == DEAD_LETTER))
             (
                 records(trips_topic, trips)
                 .unionByName(records(expired_topic, expired))
                 .unionByName(records(internal_topic, _diagnostic_entries(diagnostic)))
+                .unionByName(records(dead_letters_topic, dead))
                 .write.format("kafka")
                 .options(**options)
                 .save()
             )
         finally:
-            lookups.unpersist()
+            rows.unpersist()
 
     return publish
 

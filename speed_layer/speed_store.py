@@ -125,8 +125,9 @@ def view_writer(
     )
 
 
-def dead_letter_writer(dead_letters: DataFrame, settings: Settings) -> DataStreamWriter:
-    """Dead letters to ``dead.letters`` as JSON, keyed by the original record key.
+def dead_letter_records(dead_letters: DataFrame) -> DataFrame:
+    """The ``dead.letters`` records (key, value) of dead letters: JSON keyed by the
+    original record key.
 
     The raw value travels as text when it is UTF-8 and always as base64, so
     nothing is lost whatever the bytes were.
@@ -145,11 +146,4 @@ def dead_letter_writer(dead_letters: DataFrame, settings: Settings) -> DataStrea
             F.base64(F.col("value")).alias("value_base64"),
         ]
     )
-    return (
-        dead_letters.select(F.col("key"), value.alias("value"))
-        .writeStream.queryName("speed.dead_letters")
-        .format("kafka")
-        .options(**kafka_sink_options(settings))
-        .option("topic", settings.topics.dead_letters)
-        .option("checkpointLocation", str(settings.checkpoints_dir / "speed" / "dead_letters"))
-    )
+    return dead_letters.select(F.col("key"), value.alias("value"))

@@ -21,6 +21,8 @@ def test_defaults_are_those_of_the_design() -> None:
     assert settings.topics.entries == "toll.entries"
     assert settings.topics.dead_letters == "dead.letters"
     assert settings.api_keys == []
+    assert settings.speed_trigger == timedelta(seconds=1)
+    assert settings.speed_lookup_trigger == timedelta(seconds=10)
 
 
 def test_environment_overrides_with_the_names_the_design_fixes(
@@ -60,6 +62,7 @@ def test_toml_file_is_read_and_environment_wins(
         ("LAMBDALINE_KAFKA_BOOTSTRAP", "no-port", "LAMBDALINE_KAFKA_BOOTSTRAP"),
         ("LAMBDALINE_KAFKA_PARTITIONS", "0", "LAMBDALINE_KAFKA_PARTITIONS"),
         ("LAMBDALINE_TOPICS__ENTRIES", "bad topic!", "LAMBDALINE_TOPICS__ENTRIES"),
+        ("LAMBDALINE_SPEED_LOOKUP_TRIGGER", "0s", "LAMBDALINE_SPEED_LOOKUP_TRIGGER"),
     ],
 )
 def test_a_bad_setting_fails_naming_it(
