@@ -21,16 +21,12 @@ from pyspark.sql.streaming.readwriter import DataStreamWriter
 from shared.events import EVENT_TYPES, TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION, EventType
 from shared.logs import log_event
 from shared.settings import Settings
-from shared.topics import DERIVED_QUERY_PREFIX, input_topics
+from shared.topics import input_topics
 from shared.validation import DecodedRecords, decode_records
 from shared.views import booth_stats, without_duplicates
 from speed_layer.lookups import diagnostic_counts, entry_lookups, publish_lookups
 from speed_layer.progress import ProgressPublisher
-from speed_layer.speed_store import (
-    brief_java_errors,
-    publish_view,
-    view_writer,
-)
+from speed_layer.speed_store import brief_java_errors, view_writer
 
 logger = logging.getLogger("lambdaline.speed")
 
@@ -126,11 +122,13 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
     second_phase = [
         # derived: reads the lookups' internal topic, not the input topics
         (
-            diagnostic_counts(spark, settings)
-            .writeStream.queryName(f"{DERIVED_QUERY_PREFIX}diagnostics")
-            .outputMode("update")
-            .foreachBatch(brief_java_errors(publish_view("diagnostics", settings)))
-            .option("checkpointLocation", str(settings.checkpoints_dir / "speed" / "diagnostics")),
+            view_writer(
+                "diagnostics",
+                diagnostic_counts(spark, settings),
+                settings,
+                output_mode="update",
+                derived=True,
+            ),
             slow,
         ),
     ]

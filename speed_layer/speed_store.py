@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 from shared.settings import Settings
-from shared.topics import speed_topic
+from shared.topics import DERIVED_QUERY_PREFIX, speed_topic
 from shared.views import VIEW_KEYS
 
 logger = logging.getLogger("lambdaline.speed")
@@ -108,20 +108,20 @@ def publish_view(view_name: str, settings: Settings) -> MicroBatchFunction:
 
 
 def view_writer(
-    view_name: str, rows: DataFrame, settings: Settings, output_mode: str, part: str | None = None
+    view_name: str, rows: DataFrame, settings: Settings, output_mode: str, derived: bool = False
 ) -> DataStreamWriter:
     """A streaming writer of a view to the speed store (not started; add the trigger).
 
-    ``part`` names one of several queries writing disjoint keys of the same view
-    (each needs its own name and checkpoint).
+    ``derived``: the rows come from the speed layer's own internal topic, not
+    from the input, so the query's name starts with ``DERIVED_QUERY_PREFIX``
+    (its watermark is left out of the speed watermark).
     """
-    name = view_name if part is None else f"{view_name}.{part}"
-    checkpoint = settings.checkpoints_dir / "speed" / view_name / (part or "")
+    name = f"{DERIVED_QUERY_PREFIX}{view_name}" if derived else f"speed.{view_name}"
     return (
-        rows.writeStream.queryName(f"speed.{name}")
+        rows.writeStream.queryName(name)
         .outputMode(output_mode)
         .foreachBatch(brief_java_errors(publish_view(view_name, settings)))
-        .option("checkpointLocation", str(checkpoint))
+        .option("checkpointLocation", str(settings.checkpoints_dir / "speed" / view_name))
     )
 
 
