@@ -10,7 +10,6 @@ from rich.console import Console
 from shared.kafka_admin import KafkaUnreachableError, require_kafka
 from shared.logs import configure_logging
 from shared.settings import get_settings
-from shared.spark_session import spark_session
 from speed_layer import job
 
 speed_app = typer.Typer(help="The speed layer: Structured Streaming from Kafka to the speed store.")
@@ -30,5 +29,5 @@ def speed_run(
     except KafkaUnreachableError as error:
         Console(stderr=True).print(f"[red]error:[/red] {error}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
-    spark = spark_session(settings, "lambdaline-speed")
+    spark = job.speed_spark_session(settings)
     job.run(spark, settings, available_now=available_now)

@@ -12,6 +12,7 @@ import logging
 import signal
 import threading
 from datetime import timedelta
+from pathlib import Path
 from types import FrameType
 
 from pyspark.sql import DataFrame, SparkSession
@@ -21,6 +22,7 @@ from pyspark.sql.streaming.readwriter import DataStreamWriter
 from shared.events import EVENT_TYPES, TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION, EventType
 from shared.logs import log_event
 from shared.settings import Settings
+from shared.spark_session import spark_session
 from shared.topics import input_topics
 from shared.validation import DecodedRecords, decode_records
 from shared.views import booth_stats, without_duplicates
@@ -32,6 +34,28 @@ logger = logging.getLogger("lambdaline.speed")
 
 STOP_POLL_S = 1
 """How often the main thread looks for a stop request while the queries run."""
+
+FRESH_POOL, LOOKUPS_POOL = "speed.fresh", "speed.lookups"
+"""Spark scheduler pools: booth_stats' query in one; the lookups and the counter
+they feed in the other."""
+
+SCHEDULER_POOLS_FILE = Path(__file__).with_name("scheduler_pools.xml")
+"""Declares :data:`FRESH_POOL` and :data:`LOOKUPS_POOL` (equal weights, FIFO within)."""
+
+SPEED_SPARK_CONF: dict[str, str] = {
+    # two lanes of queries on few task slots: with Spark's default (FIFO) a
+    # booth_stats micro-batch waits for every task of a lookups micro-batch
+    # submitted before it; with fair pools it gets the next free slot
+    "spark.scheduler.mode": "FAIR",
+    "spark.scheduler.allocation.file": str(SCHEDULER_POOLS_FILE),
+}
+"""The speed job's Spark tuning; measured in docs/architecture.md ("Speed-layer
+performance"). The ``spark_conf`` setting overrides any of it."""
+
+
+def speed_spark_session(settings: Settings, app_name: str = "lambdaline-speed") -> SparkSession:
+    """The SparkSession the speed job wants: the shared one, with :data:`SPEED_SPARK_CONF`."""
+    return spark_session(settings, app_name, extra_config=SPEED_SPARK_CONF)
 
 
 def read_input_topics(
@@ -64,10 +88,22 @@ def with_event_time(events: DataFrame, event_type: EventType, watermark: timedel
     return watermarked(events, event_type, watermark).transform(without_duplicates)
 
 
-def _started(writer: DataStreamWriter, available_now: bool, interval: timedelta) -> StreamingQuery:
+def _started(
+    spark: SparkSession, writer: DataStreamWriter, available_now: bool, lane: tuple[timedelta, str]
+) -> StreamingQuery:
+    """Start a query in its lane: its trigger interval and its scheduler pool."""
+    interval, pool = lane
     if available_now:
-        return writer.trigger(availableNow=True).start()
-    return writer.trigger(processingTime=f"{interval.total_seconds()} seconds").start()
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=f"{interval.total_seconds()} seconds")
+    # a query's jobs run in the pool of the thread that started it (a no-op
+    # unless spark.scheduler.mode is FAIR)
+    spark.sparkContext.setLocalProperty("spark.scheduler.pool", pool)
+    try:
+        return writer.start()
+    finally:
+        spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
 
 
 def run(spark: SparkSession, settings: Settings, available_now: bool = False) -> None:
@@ -103,10 +139,12 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
         everything.of(VEHICLE_REGISTRATION), everything.dead_letters, settings,
     )  # fmt: skip
 
-    # write sinks, each with its trigger: booth_stats is the freshest view; the
-    # lookups' answers wait for the watermark (or max_trip) anyway. The second
-    # phase reads what the first writes (the internal topic).
-    fast, slow = settings.speed_trigger, settings.speed_lookup_trigger
+    # write sinks, each in its lane (trigger and scheduler pool): booth_stats is
+    # the freshest view; the lookups' answers wait for the watermark (or
+    # max_trip) anyway. The second phase reads what the first writes (the
+    # internal topic).
+    fast = (settings.speed_trigger, FRESH_POOL)
+    slow = (settings.speed_lookup_trigger, LOOKUPS_POOL)
     first_phase = [
         (view_writer("booth_stats", stats, settings, output_mode="update"), fast),
         # append: an entry's lookups are final once the watermark has passed what
@@ -148,7 +186,7 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
         for phase in phases:
             if stop_requested.is_set():
                 break
-            queries = [_started(writer, available_now, interval) for writer, interval in phase]
+            queries = [_started(spark, writer, available_now, lane) for writer, lane in phase]
             started += queries
             for query in queries:
                 while not stop_requested.is_set() and not query.awaitTermination(STOP_POLL_S):

@@ -14,16 +14,25 @@ from pyspark.sql import SparkSession
 
 from shared.settings import Settings, get_settings
 from shared.spark_session import spark_session
+from speed_layer.job import SPEED_SPARK_CONF
 
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    """One local SparkSession for the whole run: small, UTC, no UI. Tests never stop it."""
+    """One local SparkSession for the whole run: small, UTC, no UI. Tests never stop it.
+
+    It has the speed job's fair scheduler pools; jobs started outside a pool (the
+    batch layer's, the tests' own) run in order, as under Spark's default.
+    """
     settings = Settings(spark_master="local[2]", spark_shuffle_partitions=2)
     session = spark_session(
         settings,
         "lambdaline-tests",
-        extra_config={"spark.ui.enabled": "false", "spark.default.parallelism": "2"},
+        extra_config={
+            **SPEED_SPARK_CONF,
+            "spark.ui.enabled": "false",
+            "spark.default.parallelism": "2",
+        },
     )
     session.sparkContext.setLogLevel("ERROR")
     yield session

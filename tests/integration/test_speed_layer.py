@@ -103,6 +103,15 @@ def test_every_malformed_class_lands_in_dead_letters(drained: Settings) -> None:
     assert {letter["source_topic"] for letter in letters} == {drained.topics.entries}
 
 
+def test_spark_reads_the_speed_jobs_scheduler_pools(spark: SparkSession) -> None:
+    # the test session has the speed job's tuning (tests/conftest.py); Spark
+    # builds its pools from the allocation file when the context starts
+    assert spark.sparkContext.getConf().get("spark.scheduler.mode") == "FAIR"
+    context = spark.sparkContext._jsc.sc()
+    for pool in (job.FRESH_POOL, job.LOOKUPS_POOL):
+        assert context.getPoolForName(pool).isDefined(), pool
+
+
 def test_progress_is_published_per_query(drained: Settings) -> None:
     progress = [
         json.loads(record.value) for record in read_all(drained, drained.topics.speed_progress)
