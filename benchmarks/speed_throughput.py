@@ -7,6 +7,11 @@ Starts its own broker (free ports, temporary state), creates the topics and runs
 it streams generated events in real time (simulated time = wall time, so event
 time is when the event was sent) for `--seconds`, then reports:
 
+- sent: input records per second the step actually wrote, per topic and in all
+  (from the broker's end offsets). Trips last seconds here (median 10 s), not the
+  generator's default 12 minutes, so exits flow within a step; until 2026-11-23
+  they did not, and the offered rate held about half the records it named;
+
 - processed: input rows the booth_stats query took per second during the step,
   from its own progress reports on speed.progress;
 - micro-batch time p50/p99 (the trigger is 1 s; sustainable means it stays under);
@@ -64,6 +69,7 @@ from shared.settings import Settings
 from shared.topics import input_topics, speed_topic
 
 RECORDS_PER_ENTRY = 2.05  # entries, exits, registrations, 1 % duplicates, 1 % malformed
+TRIP_MEDIAN = timedelta(seconds=10)
 
 
 def _read(settings: Settings, topic: str) -> list[Any]:
@@ -110,12 +116,15 @@ def measure_step(settings: Settings, rate: int, seconds: int, job_pid: int) -> d
     config = GeneratorConfig(
         events=int(rate * seconds / RECORDS_PER_ENTRY), seed=rate, start=start,
         traffic=rate / RECORDS_PER_ENTRY, speedup=1.0, late=0.0, plates=5000,
-        duration=timedelta(seconds=seconds),  # exits of trips still open are not waited for
+        # trips of seconds, not the default's 12 minutes, so that exits flow within
+        # the step (and the trip join matches); exits still due at its end are not sent
+        trip_median=TRIP_MEDIAN, duration=timedelta(seconds=seconds),
     )  # fmt: skip
     broker_pid = status(settings).pid
     if broker_pid is None:
         raise RuntimeError(f"the benchmark's broker at {settings.kafka_bootstrap} is not running")
     cpu_before = _cpu_seconds(job_pid, broker_pid)
+    sent_before = {topic: _end_offsets(settings, topic) for topic in input_topics(settings)}
     step_began = time.time() * 1000
     send_to_kafka(config, settings)
     time.sleep(5)  # let the last micro-batches report
@@ -123,6 +132,10 @@ def measure_step(settings: Settings, rate: int, seconds: int, job_pid: int) -> d
     cpu_after = _cpu_seconds(job_pid, broker_pid)
     step_s = (step_ended - step_began) / 1000
 
+    sent = {
+        topic: round((_end_offsets(settings, topic) - before) / step_s)
+        for topic, before in sent_before.items()
+    }
     progress = [json.loads(r.value) for r in _read(settings, settings.topics.speed_progress)]
 
     def reports(query: str) -> list[dict[str, Any]]:
@@ -169,6 +182,7 @@ def measure_step(settings: Settings, rate: int, seconds: int, job_pid: int) -> d
     durations = [p["batch_duration_ms"] / 1000 for p in with_input]
     return {
         "offered_records_per_s": rate,
+        "sent_records_per_s": {"all": sum(sent.values()), **sent},
         "processed_entry_rows_per_s": round(processed / step_s),
         "microbatches": len(with_input),
         "microbatch_s": {"p50": percentile(durations, 0.5), "p99": percentile(durations, 0.99)},

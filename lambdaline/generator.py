@@ -5,8 +5,9 @@ The model
 Vehicles (``plates``) arrive at ``booths`` as a Poisson process of ``traffic``
 entries per simulated second, starting at ``start``. Each entry implies:
 
-* an exit at the same booth after a log-normal trip (median 12 min, capped below
-  the ``max_trip`` setting), unless the entry is one of the ``missing_exit`` fraction;
+* an exit at the same booth after a log-normal trip (median ``trip_median``,
+  default 12 min, capped below the ``max_trip`` setting), unless the entry is one
+  of the ``missing_exit`` fraction;
 * a registration of its plate recorded 1-30 days before ``start`` (sent first),
   expired for the ``expired`` fraction of plates and absent for the
   ``unregistered`` fraction.
@@ -107,6 +108,9 @@ class GeneratorConfig:
     expired: float = 0.05
     unregistered: float = 0.01
     missing_exit: float = 0.02
+    trip_median: timedelta = timedelta(minutes=12)
+    """Median trip (entry to exit). A short one makes exits flow within seconds
+    of their entries, as a real-time benchmark of a few minutes needs."""
     duration: timedelta | None = None
     """Stop at start + duration of simulated time: records due later (exits of late
     trips, delayed duplicates) are not sent. None: send everything."""
@@ -119,6 +123,8 @@ class GeneratorConfig:
         for name in ("traffic",):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0")
+        if self.trip_median <= timedelta(0):
+            raise ValueError("trip_median must be > 0")
         for name in ("rate", "speedup"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0 (0 = as fast as possible)")
@@ -284,7 +290,7 @@ class _Shard:
         )  # fmt: skip
         if rng.random() >= self.config.missing_exit:
             trip = min(
-                rng.lognormvariate(math.log(720), 0.5),
+                rng.lognormvariate(math.log(self.config.trip_median.total_seconds()), 0.5),
                 self.max_trip.total_seconds() - 1,
             )
             exit_time = entry_time + timedelta(seconds=trip)

@@ -5,8 +5,10 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+
+import pytest
 
 from lambdaline.generator import GeneratorConfig, partition_of, write_json_lines
 from shared.settings import Settings
@@ -76,3 +78,38 @@ def test_start_sets_simulated_time(tmp_path: Path, settings: Settings) -> None:
     ]
     first = min(entry["entry_time"] for entry in entries)
     assert first.startswith("2026-03-01T12:00:")
+
+
+def test_trip_median_sets_how_long_trips_take(tmp_path: Path, settings: Settings) -> None:
+    out = generate(
+        tmp_path, "t.jsonl", settings, events=600, plates=100_000, late=0.0, missing_exit=0.0,
+        malformed=0.0, duplicate=0.0,
+        trip_median=timedelta(seconds=10),
+    )  # fmt: skip
+    values = [
+        (json.loads(line)["kind"], json.loads(json.loads(line)["value"]))
+        for line in out.read_text().splitlines()
+    ]
+
+    def instant(text: str) -> datetime:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+    entered: dict[str, list[datetime]] = {}
+    for kind, v in values:
+        if kind == "entry":
+            entered.setdefault(v["license_plate"], []).append(instant(v["entry_time"]))
+    trips = []
+    for kind, v in values:
+        if kind == "exit":  # its trip began at the plate's latest entry before it
+            exit_time = instant(v["exit_time"])
+            began = max(t for t in entered[v["license_plate"]] if t < exit_time)
+            trips.append((exit_time - began).total_seconds())
+    trips.sort()
+    assert len(trips) == 600
+    assert 8.5 <= trips[len(trips) // 2] <= 11.5  # log-normal, median 10 s, sigma 0.5
+    assert trips[-1] < 60  # nothing near the default's 12 minutes
+
+
+def test_trip_median_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="trip_median must be > 0"):
+        GeneratorConfig(events=1, trip_median=timedelta(0))
