@@ -150,8 +150,9 @@ class Settings(BaseSettings):
     spark_shuffle_partitions: int = Field(2, ge=1, description="spark.sql.shuffle.partitions")
     spark_conf: dict[str, str] = Field(
         default_factory=dict,
-        description="extra Spark configuration for both layers, e.g. "
-        'LAMBDALINE_SPARK_CONF=\'{"spark.scheduler.mode": "FAIR"}\' (spark-submit: use --conf)',
+        description="extra Spark configuration for both layers, over each layer's own tuning, "
+        'e.g. LAMBDALINE_SPARK_CONF=\'{"spark.scheduler.mode": "FIFO"}\' '
+        "(spark-submit: use --conf)",
     )
     speed_trigger: Duration = Field(
         timedelta(seconds=1),
