@@ -11,7 +11,6 @@ time is when the event was sent) for `--seconds`, then reports:
   (from the broker's end offsets). Trips last seconds here (median 10 s), not the
   generator's default 12 minutes, so exits flow within a step; until 2026-11-23
   they did not, and the offered rate held about half the records it named;
-
 - processed: input rows the booth_stats query took per second during the step,
   from its own progress reports on speed.progress;
 - micro-batch time p50/p99 (the trigger is 1 s; sustainable means it stays under);
