@@ -179,6 +179,10 @@ def publish_lookups(settings: Settings) -> MicroBatchFunction:
                 .unionByName(records(expired_topic, expired))
                 .unionByName(records(internal_topic, _diagnostic_entries(diagnostic)))
                 .unionByName(records(dead_letters_topic, dead))
+                # a union of four reads of `rows` has four times its partitions
+                # (40 tasks a micro-batch for a few thousand records): one task
+                # per slot instead
+                .coalesce(rows.sparkSession.sparkContext.defaultParallelism)
                 .write.format("kafka")
                 .options(**options)
                 .save()
