@@ -48,6 +48,13 @@ SPEED_SPARK_CONF: dict[str, str] = {
     # submitted before it; with fair pools it gets the next free slot
     "spark.scheduler.mode": "FAIR",
     "spark.scheduler.allocation.file": str(SCHEDULER_POOLS_FILE),
+    # Spark plans and generates code for every micro-batch again, and finds the
+    # compiled classes in a cache of 100 by default. The job's queries need more
+    # than that (the decode stages alone are ~330 KB of Java each), and the
+    # watermark is a constant in the state-eviction predicates, so every
+    # micro-batch adds classes: with 100, the decode stages were evicted and
+    # compiled again each lookups micro-batch, on the driver and in a task
+    "spark.sql.codegen.cache.maxEntries": "2000",
 }
 """The speed job's Spark tuning; measured in docs/architecture.md ("Speed-layer
 performance"). The ``spark_conf`` setting overrides any of it."""

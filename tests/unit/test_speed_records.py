@@ -1,0 +1,59 @@
+"""Speed-store records: their JSON, and one compiled class for every micro-batch."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from decimal import Decimal
+
+from pyspark.sql import DataFrame, SparkSession
+
+from speed_layer.speed_store import speed_records
+
+
+def trips(spark: SparkSession) -> DataFrame:
+    return spark.createDataFrame(
+        [("B01", "AB-123", datetime(2026, 1, 5, 6, 0), datetime(2026, 1, 5, 6, 12), 720.0)],
+        "booth_id string, license_plate string, entry_time timestamp, "
+        "exit_time timestamp, duration_seconds double",
+    )
+
+
+def compilations(spark: SparkSession) -> int:
+    """Classes Janino has compiled in this JVM so far (Spark's codegen metric)."""
+    metrics = spark.sparkContext._jvm.org.apache.spark.metrics.source.CodegenMetrics  # type: ignore[union-attr]
+    return int(metrics.METRIC_COMPILATION_TIME().getCount())
+
+
+def test_a_record_holds_the_views_key_and_columns_and_the_batch_id_as_a_json_integer(
+    spark: SparkSession,
+) -> None:
+    [record] = speed_records("vehicle_trips", trips(spark), 7).collect()
+
+    assert json.loads(record.key) == {
+        "booth_id": "B01",
+        "license_plate": "AB-123",
+        "entry_time": "2026-01-05T06:00:00.000Z",
+    }
+    value = json.loads(record.value, parse_float=Decimal)
+    assert value == {
+        "booth_id": "B01",
+        "license_plate": "AB-123",
+        "entry_time": "2026-01-05T06:00:00.000Z",
+        "exit_time": "2026-01-05T06:12:00.000Z",
+        "duration_seconds": Decimal("720.0"),
+        "batch_id": 7,
+    }
+    assert type(value["batch_id"]) is int  # 7, not 7.0 or "7"
+    assert '"batch_id":7}' in record.value
+
+
+def test_a_new_batch_id_compiles_no_new_class(spark: SparkSession) -> None:
+    rows = trips(spark)
+    speed_records("vehicle_trips", rows, 1).collect()  # compiles what the plan needs
+    before = compilations(spark)
+
+    [record] = speed_records("vehicle_trips", rows, 2).collect()
+
+    assert json.loads(record.value)["batch_id"] == 2
+    assert compilations(spark) == before
