@@ -28,11 +28,12 @@ time is when the event was sent) for `--seconds`, then reports:
   processes). On a 2-core machine they compete for the same two cores.
 
 Last, two verdicts over the steps (``lambdaline.bench.measure.speed_verdict``):
-the highest rate it kept up with (after the step's drain pause, booth_stats less
-than a second's worth of entries unread and the lookups less than one lookup
-trigger's worth of records, so the lag did not grow), and the highest that was
-also sustainable in the strict sense (each query's micro-batch p99 within its
-trigger).
+the highest step it kept up with (after the step's drain pause, booth_stats less
+than a second's worth of the entries sent unread and the lookups less than one
+lookup trigger's worth of the records sent, so the lag did not grow), and the
+highest that was also sustainable in the strict sense (each query's
+micro-batch p99 within its trigger), each with the records per second that
+step actually sent.
 
 Everything it starts it stops, by pid.
 """
@@ -249,16 +250,19 @@ def main() -> None:
           f"{trigger_s:g} s, lookups {lookup_trigger_s:g} s; "
           f"run at {datetime.now(UTC):%Y-%m-%dT%H:%MZ}")  # fmt: skip
     print(json.dumps(results, indent=2))
-    verdict = speed_verdict(results, trigger_s, lookup_trigger_s, RECORDS_PER_ENTRY)
+    verdict = speed_verdict(results, trigger_s, lookup_trigger_s)
 
-    def up_to(rate: int | None) -> str:
-        return f"up to {rate:,} records/s offered" if rate else "at none of the rates offered"
+    def up_to(step: dict[str, int] | None) -> str:
+        if step is None:
+            return "at none of the steps"
+        return (f"up to {step['sent_records_per_s']:,} records/s sent "
+                f"(the step offering {step['offered_records_per_s']:,})")  # fmt: skip
 
-    print(f"kept up (after the step, booth_stats less than 1 s of entries unread, the lookups "
-          f"less than {lookup_trigger_s:g} s of records): "
-          f"{up_to(verdict['kept_up_records_per_s'])}")  # fmt: skip
+    print(f"kept up (after the step, booth_stats less than 1 s of the entries sent unread, "
+          f"the lookups less than {lookup_trigger_s:g} s of the records sent): "
+          f"{up_to(verdict['kept_up'])}")  # fmt: skip
     print(f"sustainable (kept up, and micro-batch p99 within each query's trigger): "
-          f"{up_to(verdict['sustainable_records_per_s'])}")  # fmt: skip
+          f"{up_to(verdict['sustainable'])}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -91,23 +91,27 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def speed_verdict(
-    steps: list[dict[str, Any]], trigger_s: float, lookup_trigger_s: float, records_per_entry: float
-) -> dict[str, int | None]:
-    """The highest offered rates the speed job kept up with, from the benchmark's steps.
+    steps: list[dict[str, Any]], trigger_s: float, lookup_trigger_s: float
+) -> dict[str, dict[str, int] | None]:
+    """The highest steps the speed job kept up with, from the benchmark's steps.
 
     A step kept up when, after the benchmark's drain pause, booth_stats had less
-    than one second's worth of offered entries unread and the lookups query
+    than one second's worth of the entries sent unread and the lookups query
     (which reads every input topic, on its longer trigger) less than one lookup
-    trigger's worth of offered records: the lag did not grow. It was
+    trigger's worth of the records sent: the lag did not grow. It was
     sustainable in the issue's strict sense when each query also kept its
-    micro-batch time p99 within its trigger. ``None``: no step did.
+    micro-batch time p99 within its trigger. Each verdict names the step (the
+    rate it offered) and the records per second it actually sent, which the
+    generator keeps below the offered rate; ``None``: no step did.
     """
 
+    def sent(step: dict[str, Any], topic: str = "all") -> int:
+        return int(step["sent_records_per_s"][topic])
+
     def kept_up(step: dict[str, Any]) -> bool:
-        offered = step["offered_records_per_s"]
         return bool(
-            step["entries_backlog_at_end"] < offered / records_per_entry
-            and step["lookups"]["records_backlog_at_end"] < offered * lookup_trigger_s
+            step["entries_backlog_at_end"] < sent(step, "toll.entries")
+            and step["lookups"]["records_backlog_at_end"] < sent(step) * lookup_trigger_s
         )
 
     def within_triggers(step: dict[str, Any]) -> bool:
@@ -116,13 +120,19 @@ def speed_verdict(
             and step["lookups"]["microbatch_s"]["p99"] <= lookup_trigger_s
         )
 
-    def rate(candidates: list[dict[str, Any]]) -> int | None:
-        return max((step["offered_records_per_s"] for step in candidates), default=None)
+    def highest(candidates: list[dict[str, Any]]) -> dict[str, int] | None:
+        if not candidates:
+            return None
+        top = max(candidates, key=sent)
+        return {
+            "offered_records_per_s": top["offered_records_per_s"],
+            "sent_records_per_s": sent(top),
+        }
 
     keeping_up = [step for step in steps if kept_up(step)]
     return {
-        "kept_up_records_per_s": rate(keeping_up),
-        "sustainable_records_per_s": rate([step for step in keeping_up if within_triggers(step)]),
+        "kept_up": highest(keeping_up),
+        "sustainable": highest([step for step in keeping_up if within_triggers(step)]),
     }
 
 
