@@ -117,10 +117,10 @@ def _json_text(name: str) -> Column:
     return F.col(f"_json_text.{name}")
 
 
-def _with_field_types(parsed: DataFrame) -> DataFrame:
+def _with_field_types(parsed: DataFrame, event_types: tuple[EventType, ...]) -> DataFrame:
     """Look up every field's JSON type and text once, as columns the rules then read;
     only for records the fast path did not pass (``_conforms``), null for the others."""
-    names = sorted({field.name for event_type in EVENT_TYPES for field in event_type.fields})
+    names = sorted({field.name for event_type in event_types for field in event_type.fields})
     types = F.struct(*[F.schema_of_variant(_json_of(name)).alias(name) for name in names])
     texts = F.struct(*[_json_string(name).alias(name) for name in names])
     slow = ~F.col("_conforms")
@@ -224,9 +224,14 @@ def _event_time(event_type: EventType) -> Column:
     return _json_string(event_type.time_field).try_cast(T.TimestampType())
 
 
-def _by_topic(topics: TopicSettings, rule: Callable[[EventType], Column], other: Column) -> Column:
-    """``rule`` of the record's event type, chosen by its topic; ``other`` for unknown topics."""
-    for event_type in EVENT_TYPES:
+def _by_topic(
+    topics: TopicSettings,
+    event_types: tuple[EventType, ...],
+    rule: Callable[[EventType], Column],
+    other: Column,
+) -> Column:
+    """``rule`` of the record's event type, chosen by its topic; ``other`` for other topics."""
+    for event_type in event_types:
         of_type = F.col("topic") == event_type.topic(topics)
         other = F.when(of_type, rule(event_type)).otherwise(other)
     return other
@@ -240,28 +245,38 @@ _LOOKUPS = (
 
 
 def classify_records(
-    raw: DataFrame, topics: TopicSettings, max_future_skew: timedelta, fast_path: bool = True
+    raw: DataFrame,
+    topics: TopicSettings,
+    max_future_skew: timedelta,
+    fast_path: bool = True,
+    event_types: tuple[EventType, ...] = EVENT_TYPES,
 ) -> DataFrame:
     """Raw Kafka records with their parsed JSON (``_json``), dead-letter ``_reason``
     (null if valid) and ``_detail``: the first half of :func:`decode_records`.
     Persist this frame to split it more than once at the cost of one decode (the
     batch layer's ingest does). ``fast_path=False`` checks every record field by
-    field: the same result, slower; the tests hold the fast path to it."""
+    field: the same result, slower; the tests hold the fast path to it.
+    ``event_types``: see :func:`decode_records`."""
     text = F.col("value").cast(T.StringType())
     is_utf8 = F.coalesce(F.is_valid_utf8(text), F.lit(False))
     parsed = raw.withColumn("_json", F.when(is_utf8, F.try_parse_json(text)))
     shaped = _computed_once(parsed, _is_utf8=is_utf8, _shape=F.schema_of_variant(F.col("_json")))
 
-    conforms = _by_topic(topics, _conforms, F.lit(False)) if fast_path else F.lit(False)
+    conforms = (
+        _by_topic(topics, event_types, _conforms, F.lit(False)) if fast_path else F.lit(False)
+    )
     is_object = F.coalesce(F.col("_shape").startswith("OBJECT<"), F.lit(False))
-    typed = _with_field_types(_computed_once(shaped, _is_object=is_object, _conforms=conforms))
+    typed = _with_field_types(
+        _computed_once(shaped, _is_object=is_object, _conforms=conforms), event_types
+    )
 
     no_failures = F.struct(F.lit("").alias("missing"), F.lit("").alias("invalid"))
     failures = F.when(F.col("_conforms"), no_failures).otherwise(
-        _by_topic(topics, _failures, F.lit(None))
+        _by_topic(topics, event_types, _failures, F.lit(None))
     )
-    event_time = _by_topic(topics, _event_time, F.lit(None).cast(T.TimestampType()))
-    known_topic = F.col("topic").isin([event_type.topic(topics) for event_type in EVENT_TYPES])
+    no_time = F.lit(None).cast(T.TimestampType())
+    event_time = _by_topic(topics, event_types, _event_time, no_time)
+    known_topic = F.col("topic").isin([event_type.topic(topics) for event_type in event_types])
     checked = _computed_once(typed, _failures=failures, _event_time=event_time)
 
     latest_allowed = F.col("timestamp") + F.make_dt_interval(
@@ -296,9 +311,13 @@ def classify_records(
 
 
 def split_classified(
-    classified: DataFrame, topics: TopicSettings, keep_raw: bool = False
+    classified: DataFrame,
+    topics: TopicSettings,
+    keep_raw: bool = False,
+    event_types: tuple[EventType, ...] = EVENT_TYPES,
 ) -> DecodedRecords:
-    """Valid events per type and dead letters from :func:`classify_records`' output."""
+    """Valid events per type (of ``event_types``, those it was classified by) and
+    dead letters from :func:`classify_records`' output."""
     source = [
         F.col("topic").alias("source_topic"),
         F.col("partition").cast(T.IntegerType()).alias("source_partition"),
@@ -312,7 +331,7 @@ def split_classified(
             *source,
             *([F.col("key"), F.col("value")] if keep_raw else []),
         )
-        for event_type in EVENT_TYPES
+        for event_type in event_types
     }
     dead_letters = classified.where(F.col("_reason").isNotNull()).select(
         *source,
@@ -325,7 +344,11 @@ def split_classified(
 
 
 def decode_records(
-    raw: DataFrame, topics: TopicSettings, max_future_skew: timedelta, keep_raw: bool = False
+    raw: DataFrame,
+    topics: TopicSettings,
+    max_future_skew: timedelta,
+    keep_raw: bool = False,
+    event_types: tuple[EventType, ...] = EVENT_TYPES,
 ) -> DecodedRecords:
     """Split raw Kafka records into valid events (per event type) and dead letters.
 
@@ -333,5 +356,13 @@ def decode_records(
     schema (:attr:`EventType.spark_schema`) followed by the ``SOURCE_COLUMNS``
     and, with ``keep_raw``, the record's own ``key`` and ``value`` bytes (the
     batch layer's master dataset keeps both).
+
+    ``event_types`` are those whose topics the records may come from (default:
+    all); a record of any other topic is a dead letter (``invalid_value``,
+    "topic carries no known event type"). A reader of one topic passes its
+    event type, so that the decode holds that type's rules only: the Java code
+    Spark generates for it, every micro-batch of a streaming query, is then a
+    fraction of the size.
     """
-    return split_classified(classify_records(raw, topics, max_future_skew), topics, keep_raw)
+    classified = classify_records(raw, topics, max_future_skew, event_types=event_types)
+    return split_classified(classified, topics, keep_raw, event_types)

@@ -125,10 +125,13 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
     spark.streams.addListener(listener)
 
     # read sources and decode them by the shared rule; every query is a Kafka
-    # consumer of its own, so each reads only the topics its views need
+    # consumer of its own, so each reads only the topics its views need, and
+    # decodes by their event types' rules only (less code to generate per micro-batch)
     def decoded(*event_types: EventType) -> DecodedRecords:
         raw = read_input_topics(spark, settings, event_types)
-        return decode_records(raw, settings.topics, settings.max_future_skew)
+        return decode_records(
+            raw, settings.topics, settings.max_future_skew, event_types=event_types
+        )
 
     entry_events = decoded(TOLL_ENTRY).of(TOLL_ENTRY)
     everything = decoded(*EVENT_TYPES)

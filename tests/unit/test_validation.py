@@ -17,7 +17,7 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import types as T
 from pyspark.testing import assertDataFrameEqual
 
-from shared.events import TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION
+from shared.events import TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION, EventType
 from shared.settings import TopicSettings
 from shared.validation import (
     DEAD_LETTER_SCHEMA,
@@ -313,3 +313,43 @@ def test_the_fast_path_decides_as_the_field_by_field_path(spark: SparkSession) -
         1,
         0,
     ]
+
+
+def test_a_reader_of_one_topic_decodes_by_its_event_type_alone(spark: SparkSession) -> None:
+    entries = [
+        entry_json(),
+        entry_json(toll=4, weight_kg=1500),
+        *[entry_json(**changes) for changes, _ in INVALID_VALUE_CASES],
+        entry_json(booth_id=...),
+        *[value for value, _ in INVALID_JSON_CASES],
+    ]
+    exit_ = {"event_id": "x-1", "booth_id": "b", "exit_time": "2026-01-05T05:00:00Z",
+             "license_plate": "P"}  # fmt: skip
+    records = raw(
+        spark, *[("toll.entries", v) for v in entries], ("toll.exits", json.dumps(exit_).encode())
+    )
+
+    def decided(*event_types: EventType) -> tuple[list[Row], list[Row]]:
+        decoded = decode_records(records, TOPICS, timedelta(hours=1), event_types=event_types)
+        dead = decoded.dead_letters.select("source_offset", "reason", "detail")
+        valid = decoded.of(TOLL_ENTRY).orderBy("source_offset").collect()
+        return dead.orderBy("source_offset").collect(), valid
+
+    (dead_by_all, valid_by_all), (dead_by_entry, valid_by_entry) = (
+        decided(TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION),
+        decided(TOLL_ENTRY),
+    )
+    # the entries' records decide alike; the two valid ones are the first two
+    assert valid_by_entry == valid_by_all
+    assert [row.source_offset for row in valid_by_entry] == [0, 1]
+    exit_offset = len(entries)
+    assert [row for row in dead_by_entry if row.source_offset != exit_offset] == dead_by_all
+    # the exit is valid by every rule, and a dead letter by the entries' alone
+    assert (
+        Row(
+            source_offset=exit_offset,
+            reason="invalid_value",
+            detail="topic carries no known event type",
+        )
+        in dead_by_entry
+    )
