@@ -50,7 +50,7 @@ SPEED_SPARK_CONF: dict[str, str] = {
     "spark.scheduler.allocation.file": str(SCHEDULER_POOLS_FILE),
     # Spark plans and generates code for every micro-batch again, and finds the
     # compiled classes in a cache of 100 by default. The job's queries need more
-    # than that (the decode stages alone are ~330 KB of Java each), and the
+    # than that (each of the lookups' decode stages is ~330 KB of Java), and the
     # watermark is a constant in the state-eviction predicates, so every
     # micro-batch adds classes: with 100, the decode stages were evicted and
     # compiled again each lookups micro-batch, on the driver and in a task
