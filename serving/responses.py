@@ -27,7 +27,7 @@ from fastapi import Response
 from starlette.concurrency import run_in_threadpool
 
 from serving.batch_reader import BatchSnapshot
-from serving.queries import ViewQuery, merged_rows
+from serving.queries import ViewQuery, merged_rows, one_store, one_store_json
 from serving.result_cache import Encoded
 from serving.speed_tables import SpeedTables
 from shared.events import format_instant
@@ -96,6 +96,9 @@ def _read(
     speed: SpeedTables,
     roll_up_to: timedelta | None,
 ) -> Encoded:
+    source = one_store(query, batch)
+    if source is not None and roll_up_to is None and query.wire:  # nothing to merge
+        return one_store_json(query, source, batch, speed)
     return encode_rows(merged_rows(query, batch, speed, roll_up_to))
 
 

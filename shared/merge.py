@@ -27,6 +27,23 @@ class Source(StrEnum):
     MIXED = "mixed"
 
 
+def sources_for(start: datetime, end: datetime, horizon: datetime | None) -> tuple[Source, ...]:
+    """The stores the merge can take rows from for times in [start, end), in merge order.
+
+    A range wholly below the horizon is answered by the batch store alone, one
+    from the horizon on (or any range before a batch version exists) by the
+    speed store alone; one that straddles it needs both, and an empty range none.
+    """
+    if horizon is None:
+        return (Source.SPEED,) if start < end else ()
+    sides = []
+    if start < min(end, horizon):
+        sides.append(Source.BATCH)
+    if max(start, horizon) < end:
+        sides.append(Source.SPEED)
+    return tuple(sides)
+
+
 def merge_at_horizon(
     batch_rows: Iterable[Mapping[str, Any]],
     speed_rows: Iterable[Mapping[str, Any]],

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from shared.merge import bucket_start, merge_at_horizon, roll_up_booth_stats
+from shared.merge import Source, bucket_start, merge_at_horizon, roll_up_booth_stats, sources_for
 
 
 def at(text: str) -> datetime:
@@ -115,3 +115,15 @@ def test_buckets_align_to_the_epoch_in_utc() -> None:
     assert bucket_start(at("2026-01-05T23:57:12"), timedelta(days=1)) == at("2026-01-05T00:00")
     naive = datetime(2026, 1, 5, 13, 7)
     assert bucket_start(naive, timedelta(hours=1)) == datetime(2026, 1, 5, 13, 0)
+
+
+def test_the_stores_a_range_needs() -> None:
+    day, next_day = at("2026-01-05T00:00"), at("2026-01-06T00:00")
+    assert sources_for(day, next_day, H) == (Source.BATCH,)  # ends at the horizon
+    assert sources_for(next_day, at("2026-01-07T00:00"), H) == (Source.SPEED,)  # starts at it
+    assert sources_for(at("2026-01-05T12:00"), at("2026-01-06T12:00"), H) == (
+        Source.BATCH, Source.SPEED,
+    )  # fmt: skip
+    assert sources_for(day, next_day, None) == (Source.SPEED,)  # no batch version yet
+    assert sources_for(day, day, H) == ()  # an empty range needs no store
+    assert sources_for(H, H, None) == ()
