@@ -10,8 +10,9 @@ process group of its own, then sends `GET /v1/booths/{booth}/stats` for a random
 booth and day (288 rows) open-loop: at each rate, requests start on a fixed
 schedule whether or not earlier ones finished, and latency counts from the
 scheduled start (so a slow server cannot hide its queueing). It reports
-requests/s served, p50/p99 latency, errors and the share of answers from the
-version's result cache (``X-Cache: hit``) per rate, and the same query run
+requests/s served, p50/p99 latency, errors, the share of answers from the
+version's result cache (``X-Cache: hit``) and the server's CPU per request
+served (all its worker processes, from /proc) per rate, and the same query run
 directly in DuckDB on the version file, so the server's own overhead (HTTP,
 validation, merge, JSON) is the difference. ``--cache-mb 0`` turns the cache
 off (every request reads DuckDB). The days are drawn at random from 3,000
@@ -43,7 +44,7 @@ import pyarrow as pa
 
 from batch_layer.publish import empty_store_tables, publish_version
 from lambdaline.bench.load import open_loop
-from lambdaline.bench.measure import percentile
+from lambdaline.bench.measure import cpu_seconds_of_tree, percentile
 from lambdaline.kafka_broker import ephemeral_broker, free_port
 from lambdaline.topics import create_topics
 from shared.batch_store import version_file
@@ -214,16 +215,19 @@ def main() -> None:
                 )
             print(
                 f"{'offered req/s':>14}{'served req/s':>14}{'p50 ms':>9}{'p99 ms':>9}"
-                f"{'errors':>8}{'cache hits':>12}"
+                f"{'errors':>8}{'cache hits':>12}{'server CPU ms/req':>19}"
             )
             for rate in (float(r) for r in args.rates.split(",")):
+                cpu_before = cpu_seconds_of_tree(server.pid)
                 result = open_loop(port, API_KEY, booth_day, rate, args.seconds, ok=full_day)
+                server_cpu = cpu_seconds_of_tree(server.pid) - cpu_before
                 latencies, errors, wall = result.latencies_s, result.errors, result.wall_s
                 p50, p99 = percentile(latencies, 0.5), percentile(latencies, 0.99)
                 print(
                     f"{rate:>14,.0f}{len(latencies) / wall:>14,.0f}"
                     f"{p50 * 1000:>9.1f}{p99 * 1000:>9.1f}{errors:>8}"
-                    f"{result.cache_hits / max(len(latencies), 1):>12.0%}",
+                    f"{result.cache_hits / max(len(latencies), 1):>12.0%}"
+                    f"{server_cpu / max(len(latencies), 1) * 1000:>19.2f}",
                     flush=True,
                 )
         finally:
