@@ -81,7 +81,7 @@ class ViewQuery:
         conditions.append(f"{time} < ?" if side is Source.BATCH else f"{time} >= ?")
         params.append(naive_utc(horizon) if horizon is not None else datetime.min)
         values = [(name, _value(name, sql_type, self.wire)) for name, sql_type in table.columns]
-        if as_json:  # the source is an enum member's name (code), not a request's value
+        if as_json:  # the source is an enum member's value (code), not a request's
             fields = [f'"{name}" := {value}' for name, value in values]
             columns = f"to_json(struct_pack({', '.join(fields)}, \"source\" := '{side.value}'))"
         else:
