@@ -11,20 +11,23 @@ still compares each row's time with the horizon: ISO-8601 UTC strings of one
 fixed format order exactly as the instants do, so the horizon is formatted the
 same way. Rolled-up responses read typed values, since buckets need arithmetic.
 
-A query that one store answers alone (``shared.merge.sources_for``: the range
-lies wholly below the horizon, or wholly from it) and that is not rolled up has
-nothing to merge: the side's filter in its SQL is the whole rule, and every row
-gets that store's ``source``. Then DuckDB writes each row's JSON itself
-(:func:`one_store_json`) and Python only joins the strings. Building 288 dicts,
-tagging them and ``json.dumps`` held the GIL for ~2 ms of a miss; DuckDB's
-``to_json`` runs without it.
+A response that is not rolled up is written by DuckDB (:func:`encoded_rows`):
+each store is asked for its side of the horizon only (``shared.merge.sources_for``),
+so the side's filter in the SQL is the merge rule, and each row comes as a JSON
+object tagged with its store's ``source``. Python only joins the strings, and
+interleaves the two sides by key when a range straddles the horizon. Building
+288 dicts, tagging them and ``json.dumps`` held the GIL for ~2 ms of a miss;
+DuckDB's ``to_json`` runs without it. Rolled-up responses go through
+:func:`merged_rows` (``shared.merge``) and are encoded in Python.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from itertools import islice
 from typing import Any
 
 import duckdb
@@ -63,12 +66,13 @@ class ViewQuery:
         return STORE_TABLE_BY_NAME[self.view].date_column
 
     def sql(
-        self, side: Source, horizon: datetime | None, as_json: bool = False
+        self, side: Source, horizon: datetime | None, as_json: bool = False, keyed: bool = False
     ) -> tuple[str, list[Any]]:
         """The query for one side of the horizon: ``batch`` (time < H) or ``speed`` (time >= H).
 
         ``as_json``: one column, each row as a JSON object of the wire values
-        and the side as its ``source`` (the response's encoding), in key order.
+        and the side as its ``source`` (the response's encoding), in key order;
+        ``keyed`` puts the view's key columns (typed) before it.
         """
         table = STORE_TABLE_BY_NAME[self.view]
         time = f'"{table.name}"."{self.time_column}"'  # the stored column, not its wire alias
@@ -81,12 +85,14 @@ class ViewQuery:
         conditions.append(f"{time} < ?" if side is Source.BATCH else f"{time} >= ?")
         params.append(naive_utc(horizon) if horizon is not None else datetime.min)
         values = [(name, _value(name, sql_type, self.wire)) for name, sql_type in table.columns]
+        order = ", ".join(f'"{table.name}"."{name}"' for name in table.key)
         if as_json:  # the source is an enum member's value (code), not a request's
             fields = [f'"{name}" := {value}' for name, value in values]
             columns = f"to_json(struct_pack({', '.join(fields)}, \"source\" := '{side.value}'))"
+            if keyed:
+                columns = f"{order}, {columns}"
         else:
             columns = ", ".join(f'{value} AS "{name}"' for name, value in values)
-        order = ", ".join(f'"{table.name}"."{name}"' for name in table.key)
         where = " AND ".join(conditions)
         text = f'SELECT {columns} FROM "{table.name}" WHERE {where} ORDER BY {order}'
         if self.limit is not None:
@@ -149,29 +155,31 @@ def merged_rows(
     return rows
 
 
-def one_store(query: ViewQuery, batch: BatchSnapshot | None) -> Source | None:
-    """The store that answers ``query`` alone, if one does (then nothing is merged)."""
-    horizon = batch.version.horizon if batch is not None else None
-    sides = sources_for(query.start, query.end, horizon)
-    return sides[0] if len(sides) == 1 else None
+def encoded_rows(query: ViewQuery, batch: BatchSnapshot | None, speed: SpeedTables) -> Encoded:
+    """A query's merged rows as the response's JSON array, each row written by DuckDB.
 
-
-def one_store_json(
-    query: ViewQuery, source: Source, batch: BatchSnapshot | None, speed: SpeedTables
-) -> Encoded:
-    """The rows of a query that ``source``'s store answers alone, encoded by DuckDB.
-
-    The same rows, order and values as ``merged_rows`` would give (a test holds
-    the two to that), as the response's JSON array.
+    The same rows, order and values as ``merged_rows`` gives (a test holds the
+    two to that): each store's rows of its side of the horizon, tagged with it,
+    in key order; a range across the horizon interleaves the two sides by key
+    (their times differ, so no key is in both).
     """
     assert query.wire, "the JSON holds wire values"
     horizon = batch.version.horizon if batch is not None else None
-    text, params = query.sql(source, horizon, as_json=True)
-    cursor = _cursor(source, batch, speed)
-    try:
-        objects = [row for (row,) in cursor.execute(text, params).fetchall()]
-    finally:
-        cursor.close()
+    sides = sources_for(query.start, query.end, horizon)
+    keyed = len(sides) > 1
+    parts = []
+    for side in sides:
+        text, params = query.sql(side, horizon, as_json=True, keyed=keyed)
+        cursor = _cursor(side, batch, speed)
+        try:
+            parts.append(cursor.execute(text, params).fetchall())
+        finally:
+            cursor.close()
+    if keyed:
+        merged = heapq.merge(*parts, key=lambda row: row[:-1])
+        objects = [row[-1] for row in islice(merged, query.limit)]
+    else:
+        objects = [row for part in parts for (row,) in part]
     return Encoded(f"[{','.join(objects)}]".encode(), len(objects))
 
 

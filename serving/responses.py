@@ -3,10 +3,10 @@
 The routes declare their pydantic response models (so /docs documents every
 field) but return this already-encoded body: validating and serialising 288
 rows through pydantic three times (rows, response model, JSON) cost about 9 ms
-of a ~19 ms request. Most rows arrive wire-ready from the stores
-(``serving.queries``); ``json.dumps`` calls back only for the typed values of
-rolled-up rows. The encoding is the models' own: instants ISO-8601 UTC with
-milliseconds, money as a string with two decimals, ``source`` per row.
+of a ~19 ms request. DuckDB writes each row's JSON (``serving.queries.encoded_rows``);
+only rolled-up rows are encoded here, by ``json.dumps``. The encoding is the
+models' own: instants ISO-8601 UTC with milliseconds, money as a string with
+two decimals, ``source`` per row.
 
 A query that lies wholly below the horizon reads the batch store only, so its
 encoded rows are kept in the version's :class:`serving.result_cache.ResultCache`
@@ -27,7 +27,7 @@ from fastapi import Response
 from starlette.concurrency import run_in_threadpool
 
 from serving.batch_reader import BatchSnapshot
-from serving.queries import ViewQuery, merged_rows, one_store, one_store_json
+from serving.queries import ViewQuery, encoded_rows, merged_rows
 from serving.result_cache import Encoded
 from serving.speed_tables import SpeedTables
 from shared.events import format_instant
@@ -69,7 +69,7 @@ async def view_rows(
     speed: SpeedTables,
     roll_up_to: timedelta | None = None,
 ) -> ViewRows:
-    """A query's merged rows (``serving.queries.merged_rows``), encoded; cached if batch-only.
+    """A query's merged rows, encoded (``serving.queries``); cached if batch-only.
 
     A cache hit is answered on the event loop; reading the stores (DuckDB, which
     blocks) and encoding run in the thread pool, as a plain endpoint would.
@@ -96,9 +96,8 @@ def _read(
     speed: SpeedTables,
     roll_up_to: timedelta | None,
 ) -> Encoded:
-    source = one_store(query, batch)
-    if source is not None and roll_up_to is None and query.wire:  # nothing to merge
-        return one_store_json(query, source, batch, speed)
+    if roll_up_to is None and query.wire:
+        return encoded_rows(query, batch, speed)
     return encode_rows(merged_rows(query, batch, speed, roll_up_to))
 
 

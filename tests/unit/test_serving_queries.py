@@ -1,9 +1,10 @@
-"""A query one store answers alone: DuckDB's JSON against the general merge path.
+"""The rows' JSON written by DuckDB against the merge path in Python.
 
-``one_store_json`` writes the rows' JSON in DuckDB; ``merged_rows`` reads them
-into Python, merges and ``encode_rows`` writes them. On real DuckDB stores
-(filled by hand, with awkward strings and doubles) the two must give the same
-rows, in the same order, with the same values and sources.
+``encoded_rows`` has DuckDB write each row's JSON (the store's side of the
+horizon, tagged with its source); ``merged_rows`` reads the rows into Python,
+merges them (``shared.merge``) and ``encode_rows`` writes them. On real DuckDB
+stores (filled by hand, with awkward strings and doubles) the two must give the
+same rows, in the same order, with the same values and sources.
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ import pytest
 
 from batch_layer.publish import empty_store_tables, publish_version
 from serving.batch_reader import BatchSnapshot
-from serving.queries import ViewQuery, merged_rows, one_store, one_store_json
+from serving.queries import ViewQuery, encoded_rows, merged_rows
 from serving.responses import encode_rows
 from serving.speed_tables import SpeedTables
 from shared.batch_store import read_current
-from shared.merge import Source
+from shared.merge import Source, sources_for
 from tests.unit.test_api import booth_row, fill_speed, speed_booth, speed_record, table_of
 
 HORIZON = datetime(2026, 1, 6, tzinfo=UTC)
@@ -71,37 +72,38 @@ def general(query: ViewQuery, batch: BatchSnapshot | None, speed: SpeedTables) -
     "view", ["booth_stats", "vehicle_trips", "expired_registrations", "diagnostics"]
 )
 @pytest.mark.parametrize(
-    ("start", "end", "limit", "source"),
+    ("start", "end", "limit", "sources"),
     [
-        (datetime(2026, 1, 5, tzinfo=UTC), HORIZON, None, Source.BATCH),
-        (datetime(2026, 1, 5, tzinfo=UTC), HORIZON, 2, Source.BATCH),
-        (HORIZON, datetime(2026, 1, 7, tzinfo=UTC), None, Source.SPEED),
+        (datetime(2026, 1, 5, tzinfo=UTC), HORIZON, None, "batch"),
+        (datetime(2026, 1, 5, tzinfo=UTC), HORIZON, 2, "batch"),
+        (HORIZON, datetime(2026, 1, 7, tzinfo=UTC), None, "speed"),
+        (datetime(2026, 1, 5, tzinfo=UTC), datetime(2026, 1, 7, tzinfo=UTC), None, "batch+speed"),
+        (datetime(2026, 1, 5, tzinfo=UTC), datetime(2026, 1, 7, tzinfo=UTC), 3, "batch+speed"),
     ],
 )
-def test_one_store_json_is_what_the_merge_path_encodes(
+def test_duckdb_json_is_what_the_merge_path_encodes(
     stores: tuple[BatchSnapshot, SpeedTables],
     view: str,
     start: datetime,
     end: datetime,
     limit: int | None,
-    source: Source,
+    sources: str,
 ) -> None:
     batch, speed = stores
     query = ViewQuery(view, start, end, {}, limit)
-    assert one_store(query, batch) is source
-    encoded = one_store_json(query, source, batch, speed)
+    assert "+".join(sources_for(start, end, HORIZON)) == sources
+    encoded = encoded_rows(query, batch, speed)
     rows = json.loads(encoded.json)
     assert rows == general(query, batch, speed)
     assert encoded.count == len(rows)
-    assert {row["source"] for row in rows} <= {source.value}
 
 
-def test_the_hand_written_rows_of_a_batch_only_booth_day(
+def test_the_hand_written_rows_of_a_batch_only_day(
     stores: tuple[BatchSnapshot, SpeedTables],
 ) -> None:
     batch, speed = stores
     query = ViewQuery("booth_stats", datetime(2026, 1, 5, tzinfo=UTC), HORIZON, {}, None)
-    rows = json.loads(one_store_json(query, Source.BATCH, batch, speed).json)
+    rows = json.loads(encoded_rows(query, batch, speed).json)
     assert [(r["booth_id"], r["window_start"], r["total_toll"], r["source"]) for r in rows] == [
         (AWKWARD, "2026-01-05T10:00:00.000Z", "10.05", "batch"),
         ("b0", "2026-01-05T10:00:00.000Z", "0.00", "batch"),
@@ -110,8 +112,25 @@ def test_the_hand_written_rows_of_a_batch_only_booth_day(
     ]  # sorted by booth_id as DuckDB orders VARCHAR (byte-wise: '"' < '0')
     trips = ViewQuery("vehicle_trips", datetime(2026, 1, 5, tzinfo=UTC), HORIZON, {}, None)
     seconds = {r["license_plate"]: r["duration_seconds"] for r in
-               json.loads(one_store_json(trips, Source.BATCH, batch, speed).json)}  # fmt: skip
+               json.loads(encoded_rows(trips, batch, speed).json)}  # fmt: skip
     assert seconds == {"P1": 1200.0, "P0": 0.1, AWKWARD: 1e20, "P2": 1.0 / 3}
+
+
+def test_a_range_across_the_horizon_interleaves_the_stores_by_key(
+    stores: tuple[BatchSnapshot, SpeedTables],
+) -> None:
+    batch, speed = stores
+    query = ViewQuery(
+        "booth_stats", datetime(2026, 1, 5, tzinfo=UTC), datetime(2026, 1, 7, tzinfo=UTC), {}, 5
+    )
+    rows = json.loads(encoded_rows(query, batch, speed).json)
+    assert [(r["booth_id"], r["window_start"], r["vehicle_count"], r["source"]) for r in rows] == [
+        (AWKWARD, "2026-01-05T10:00:00.000Z", 4, "batch"),
+        (AWKWARD, "2026-01-06T02:00:00.000Z", 7, "speed"),
+        ("b0", "2026-01-05T10:00:00.000Z", 2, "batch"),
+        ("b1", "2026-01-05T23:50:00.000Z", 3, "batch"),
+        ("b1", "2026-01-05T23:55:00.000Z", 1, "batch"),  # the speed row of 23:55 is below H
+    ]  # fmt: skip
 
 
 def test_before_any_batch_version_the_speed_store_answers_alone(
@@ -121,19 +140,11 @@ def test_before_any_batch_version_the_speed_store_answers_alone(
     query = ViewQuery(
         "booth_stats", datetime(2026, 1, 5, tzinfo=UTC), HORIZON + timedelta(days=1), {}, None
     )
-    assert one_store(query, None) is Source.SPEED
-    rows = json.loads(one_store_json(query, Source.SPEED, None, speed).json)
+    assert sources_for(query.start, query.end, None) == (Source.SPEED,)
+    rows = json.loads(encoded_rows(query, None, speed).json)
     assert rows == general(query, None, speed)
     assert [(r["window_start"], r["vehicle_count"]) for r in rows if r["booth_id"] == "b1"] == [
         ("2026-01-05T23:55:00.000Z", 99), ("2026-01-06T00:00:00.000Z", 2),
         ("2026-01-06T00:05:00.000Z", 4),
     ]  # fmt: skip
     assert Decimal(rows[0]["total_toll"]) == Decimal("1.10")  # AWKWARD sorts first
-
-
-def test_a_range_across_the_horizon_is_not_one_stores(
-    stores: tuple[BatchSnapshot, SpeedTables],
-) -> None:
-    batch, _ = stores
-    query = ViewQuery("booth_stats", HORIZON - timedelta(hours=1), HORIZON + timedelta(hours=1), {})
-    assert one_store(query, batch) is None
