@@ -126,7 +126,11 @@ def merged_rows(
     speed: SpeedTables,
     roll_up_to: timedelta | None = None,
 ) -> list[Row]:
-    """Batch rows before the horizon, speed rows from it (``shared.merge``), rolled up if asked."""
+    """Batch rows before the horizon, speed rows from it (``shared.merge``), rolled up if asked.
+
+    The API calls it for roll-ups; without one it is the plain-Python statement
+    of what :func:`encoded_rows` must give, which the tests hold DuckDB's JSON to.
+    """
     final_limit = query.limit
     if roll_up_to is not None:  # rolled-up buckets are counted (and typed) after the merge
         query = replace(query, limit=None, wire=False)
