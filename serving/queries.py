@@ -3,29 +3,30 @@
 Table and column names come from ``shared.batch_store.STORE_TABLES`` (code,
 never a request); every value a request brings is a query parameter.
 
-Rows are read *wire-ready* where nothing is computed on them after the merge:
-DuckDB formats instants (``shared.events.INSTANT_STRFTIME``) and money as
-strings in the query, which costs it far less than Python formatting 1,000
-datetimes per 288-row response (measured: 5 ms of a 10 ms request). The merge
-still compares each row's time with the horizon: ISO-8601 UTC strings of one
-fixed format order exactly as the instants do, so the horizon is formatted the
-same way. Rolled-up responses read typed values, since buckets need arithmetic.
+Each store is asked for its side of the horizon only (``shared.merge.sources_for``),
+so the side's filter in the SQL is the merge rule: batch rows below H, speed
+rows from it. A range wholly on one side reads one store.
 
 A response that is not rolled up is written by DuckDB (:func:`encoded_rows`):
-each store is asked for its side of the horizon only (``shared.merge.sources_for``),
-so the side's filter in the SQL is the merge rule, and each row comes as a JSON
-object tagged with its store's ``source``. Python only joins the strings, and
-interleaves the two sides by key when a range straddles the horizon. Building
-288 dicts, tagging them and ``json.dumps`` held the GIL for ~2 ms of a miss;
-DuckDB's ``to_json`` runs without it. Rolled-up responses go through
-:func:`merged_rows` (``shared.merge``) and are encoded in Python.
+each row comes as a JSON object of its wire values (instants formatted with
+``shared.events.INSTANT_STRFTIME``, money as a string) tagged with its store's
+``source``. Python only joins the strings, and interleaves the two sides by key
+when a range straddles the horizon. Formatting ~1,000 datetimes per 288-row
+response in Python, building the row dicts and ``json.dumps`` cost most of a
+miss's CPU and held the GIL; DuckDB's ``to_json`` runs without it.
+
+A rolled-up response (:func:`rolled_up_rows`) has each store roll up its side
+in SQL, as ``shared.merge.BOOTH_STATS_ROLL_UP`` says, and
+``shared.merge.roll_up_booth_stats`` combine the parts; only the buckets reach
+Python, where they are encoded. Reading every 5-minute row into Python first
+took seconds for all booths over two months.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from itertools import islice
 from typing import Any
@@ -36,8 +37,8 @@ from serving.batch_reader import BatchSnapshot
 from serving.result_cache import Encoded
 from serving.speed_tables import SpeedTables
 from shared.batch_store import STORE_TABLE_BY_NAME
-from shared.events import INSTANT_STRFTIME, format_instant
-from shared.merge import Row, Source, merge_at_horizon, roll_up_booth_stats, sources_for
+from shared.events import INSTANT_STRFTIME
+from shared.merge import BOOTH_STATS_ROLL_UP, EPOCH, Row, Source, roll_up_booth_stats, sources_for
 
 
 def naive_utc(moment: datetime) -> datetime:
@@ -65,6 +66,25 @@ class ViewQuery:
     def time_column(self) -> str:
         return STORE_TABLE_BY_NAME[self.view].date_column
 
+    def _where(self, side: Source, horizon: datetime | None) -> tuple[str, list[Any]]:
+        """The rows of one side of the horizon in [start, end) that pass the filters."""
+        table = STORE_TABLE_BY_NAME[self.view]
+        time = f'"{table.name}"."{self.time_column}"'  # the stored column, not an alias
+        conditions = [f"{time} >= ?", f"{time} < ?"]
+        params: list[Any] = [naive_utc(self.start), naive_utc(self.end)]
+        for column, value in sorted(self.filters.items()):
+            assert column in table.column_names  # names come from code, values are parameters
+            conditions.append(f'"{table.name}"."{column}" = ?')
+            params.append(value)
+        conditions.append(f"{time} < ?" if side is Source.BATCH else f"{time} >= ?")
+        params.append(naive_utc(horizon) if horizon is not None else datetime.min)
+        return " AND ".join(conditions), params
+
+    def _limited(self, text: str, params: list[Any]) -> tuple[str, list[Any]]:
+        if self.limit is None:
+            return text, params
+        return f"{text} LIMIT ?", [*params, self.limit]
+
     def sql(
         self, side: Source, horizon: datetime | None, as_json: bool = False, keyed: bool = False
     ) -> tuple[str, list[Any]]:
@@ -75,15 +95,7 @@ class ViewQuery:
         ``keyed`` puts the view's key columns (typed) before it.
         """
         table = STORE_TABLE_BY_NAME[self.view]
-        time = f'"{table.name}"."{self.time_column}"'  # the stored column, not its wire alias
-        conditions = [f"{time} >= ?", f"{time} < ?"]
-        params: list[Any] = [naive_utc(self.start), naive_utc(self.end)]
-        for column, value in sorted(self.filters.items()):
-            assert column in table.column_names  # names come from code, values are parameters
-            conditions.append(f'"{table.name}"."{column}" = ?')
-            params.append(value)
-        conditions.append(f"{time} < ?" if side is Source.BATCH else f"{time} >= ?")
-        params.append(naive_utc(horizon) if horizon is not None else datetime.min)
+        where, params = self._where(side, horizon)
         values = [(name, _value(name, sql_type, self.wire)) for name, sql_type in table.columns]
         order = ", ".join(f'"{table.name}"."{name}"' for name in table.key)
         if as_json:  # the source is an enum member's value (code), not a request's
@@ -93,12 +105,32 @@ class ViewQuery:
                 columns = f"{order}, {columns}"
         else:
             columns = ", ".join(f'{value} AS "{name}"' for name, value in values)
-        where = " AND ".join(conditions)
-        text = f'SELECT {columns} FROM "{table.name}" WHERE {where} ORDER BY {order}'
-        if self.limit is not None:
-            text += " LIMIT ?"
-            params.append(self.limit)
-        return text, params
+        return self._limited(
+            f'SELECT {columns} FROM "{table.name}" WHERE {where} ORDER BY {order}', params
+        )
+
+    def rolled_up_sql(
+        self, side: Source, horizon: datetime | None, size: timedelta
+    ) -> tuple[str, list[Any]]:
+        """``booth_stats`` of one side of the horizon rolled up to buckets of ``size``, typed.
+
+        Buckets per booth and epoch-aligned ``window_start`` (as
+        ``shared.merge.bucket_start``), values as ``shared.merge.BOOTH_STATS_ROLL_UP``
+        says, in key order. A bucket the horizon cuts is only this side's part of
+        it: ``shared.merge.roll_up_booth_stats`` combines the two parts.
+        """
+        assert self.view == "booth_stats", "only booth_stats rolls up"
+        where, params = self._where(side, horizon)
+        values = ", ".join(
+            f'{aggregate.value}("booth_stats"."{column}") AS "{column}"'
+            for column, aggregate in BOOTH_STATS_ROLL_UP.items()
+        )  # the aggregates' names are an enum's values (code), not a request's
+        text = (
+            f'SELECT "booth_stats"."booth_id" AS "booth_id", '
+            f'time_bucket(?, "booth_stats"."window_start", ?) AS "window_start", {values} '
+            f'FROM "booth_stats" WHERE {where} GROUP BY 1, 2 ORDER BY 1, 2'
+        )
+        return self._limited(text, [size, naive_utc(EPOCH), *params])
 
 
 def _value(name: str, sql_type: str, wire: bool) -> str:
@@ -120,43 +152,25 @@ def _fetch(cursor: duckdb.DuckDBPyConnection, text: str, params: list[Any]) -> l
         cursor.close()
 
 
-def merged_rows(
-    query: ViewQuery,
-    batch: BatchSnapshot | None,
-    speed: SpeedTables,
-    roll_up_to: timedelta | None = None,
+def rolled_up_rows(
+    query: ViewQuery, batch: BatchSnapshot | None, speed: SpeedTables, size: timedelta
 ) -> list[Row]:
-    """Batch rows before the horizon, speed rows from it (``shared.merge``), rolled up if asked.
+    """``booth_stats`` merged at the horizon and rolled up to buckets of ``size``, typed.
 
-    The API calls it for roll-ups; without one it is the plain-Python statement
-    of what :func:`encoded_rows` must give, which the tests hold DuckDB's JSON to.
+    Each store rolls up its own side of the horizon in SQL (``rolled_up_sql``:
+    a day of one booth is one row instead of 288), and
+    ``shared.merge.roll_up_booth_stats`` combines the parts. That is the roll-up
+    of the merged rows, since every roll-up is associative: a bucket the horizon
+    cuts gets one part from each store and is ``mixed``. The limit counts
+    buckets; each store's first ``limit`` parts hold every part of the first
+    ``limit`` buckets, so the SQL applies it too.
     """
-    final_limit = query.limit
-    if roll_up_to is not None:  # rolled-up buckets are counted (and typed) after the merge
-        query = replace(query, limit=None, wire=False)
     horizon = batch.version.horizon if batch is not None else None
-    # each store is asked only for its side of the horizon, and not at all if the
-    # range lies wholly on the other side (the merge would drop those rows anyway)
-    sides = sources_for(query.start, query.end, horizon)
-    batch_rows: list[Row] = []
-    if Source.BATCH in sides:
-        batch_rows = _fetch(_cursor(Source.BATCH, batch, speed), *query.sql(Source.BATCH, horizon))
-    speed_rows: list[Row] = []
-    if Source.SPEED in sides:
-        speed_rows = _fetch(_cursor(Source.SPEED, batch, speed), *query.sql(Source.SPEED, horizon))
-    if horizon is None:
-        merge_horizon: datetime | str | None = None
-    else:  # the horizon in the same form as the rows' times
-        merge_horizon = format_instant(horizon) if query.wire else naive_utc(horizon)
-    rows = merge_at_horizon(batch_rows, speed_rows, merge_horizon, query.time_column)
-    if roll_up_to is not None:
-        rows = roll_up_booth_stats(rows, roll_up_to)
-    elif batch_rows and speed_rows:  # each store's rows come in key order; two interleave
-        key = STORE_TABLE_BY_NAME[query.view].key
-        rows.sort(key=lambda row: tuple(row[name] for name in key))
-    if final_limit is not None:
-        rows = rows[:final_limit]
-    return rows
+    parts: list[Row] = []
+    for side in sources_for(query.start, query.end, horizon):
+        rows = _fetch(_cursor(side, batch, speed), *query.rolled_up_sql(side, horizon, size))
+        parts += [{**row, "source": side.value} for row in rows]
+    return roll_up_booth_stats(parts, size)[: query.limit]
 
 
 def encoded_rows(query: ViewQuery, batch: BatchSnapshot | None, speed: SpeedTables) -> Encoded:

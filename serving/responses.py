@@ -4,7 +4,7 @@ The routes declare their pydantic response models (so /docs documents every
 field) but return this already-encoded body: validating and serialising 288
 rows through pydantic three times (rows, response model, JSON) cost about 9 ms
 of a ~19 ms request. DuckDB writes each row's JSON (``serving.queries.encoded_rows``);
-only rolled-up rows are encoded here, by ``json.dumps``. The encoding is the
+only rolled-up buckets are encoded here, by ``json.dumps``. The encoding is the
 models' own: instants ISO-8601 UTC with milliseconds, money as a string with
 two decimals, ``source`` per row.
 
@@ -27,7 +27,7 @@ from fastapi import Response
 from starlette.concurrency import run_in_threadpool
 
 from serving.batch_reader import BatchSnapshot
-from serving.queries import ViewQuery, encoded_rows, merged_rows
+from serving.queries import ViewQuery, encoded_rows, rolled_up_rows
 from serving.result_cache import Encoded
 from serving.speed_tables import SpeedTables
 from shared.events import format_instant
@@ -96,9 +96,9 @@ def _read(
     speed: SpeedTables,
     roll_up_to: timedelta | None,
 ) -> Encoded:
-    if roll_up_to is None and query.wire:
-        return encoded_rows(query, batch, speed)
-    return encode_rows(merged_rows(query, batch, speed, roll_up_to))
+    if roll_up_to is not None:
+        return encode_rows(rolled_up_rows(query, batch, speed, roll_up_to))
+    return encoded_rows(query, batch, speed)
 
 
 def view_response(

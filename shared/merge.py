@@ -12,9 +12,9 @@ merge: a bucket that takes rows of both sources is ``mixed``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import operator
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
 from enum import StrEnum
 from typing import Any
 
@@ -67,20 +67,52 @@ def merge_at_horizon(
     return merged
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+"""Buckets of every size align to it (so a day is a UTC day)."""
 
 
 def bucket_start(moment: datetime, size: timedelta) -> datetime:
     """The start of the size-aligned bucket (aligned to the Unix epoch, in UTC) holding moment."""
-    epoch = _EPOCH if moment.tzinfo is not None else _EPOCH.replace(tzinfo=None)
+    epoch = EPOCH if moment.tzinfo is not None else EPOCH.replace(tzinfo=None)
     return moment - (moment - epoch) % size
 
 
-def roll_up_booth_stats(rows: Iterable[Mapping[str, Any]], size: timedelta) -> list[Row]:
-    """Merged ``booth_stats`` rows rolled up to buckets of ``size`` per booth.
+class Aggregate(StrEnum):
+    """How a value column rolls up; the values are also DuckDB's names for them.
 
-    Counts and tolls add up, first/last entry times are the min/max, and the
-    source is that of the rows taken, ``mixed`` where they differ.
+    Each is associative and commutative, so a bucket can be rolled up in parts
+    (say, per store, in SQL) and the parts rolled up again: the result is the same.
+    """
+
+    SUM = "sum"
+    MIN = "min"
+    MAX = "max"
+
+
+_COMBINE: dict[Aggregate, Callable[[Any, Any], Any]] = {
+    Aggregate.SUM: operator.add,
+    Aggregate.MIN: min,
+    Aggregate.MAX: max,
+}
+
+BOOTH_STATS_ROLL_UP: dict[str, Aggregate] = {
+    "vehicle_count": Aggregate.SUM,
+    "total_toll": Aggregate.SUM,
+    "first_entry_time": Aggregate.MIN,
+    "last_entry_time": Aggregate.MAX,
+}
+"""``booth_stats``' value columns and how each rolls up: counts and tolls add up,
+first/last entry times are the min/max. Buckets are per ``booth_id`` and
+size-aligned ``window_start`` (:func:`bucket_start`)."""
+
+
+def roll_up_booth_stats(rows: Iterable[Mapping[str, Any]], size: timedelta) -> list[Row]:
+    """Merged ``booth_stats`` rows rolled up to buckets of ``size`` per booth, in key order.
+
+    Values roll up as :data:`BOOTH_STATS_ROLL_UP` says; the source is that of
+    the rows taken, ``mixed`` where they differ. Rows that are themselves
+    rolled-up parts of buckets of ``size`` (each tagged with its store) roll up
+    to the same buckets as the rows they came from.
     """
     buckets: dict[tuple[str, datetime], Row] = {}
     for row in rows:
@@ -92,17 +124,12 @@ def roll_up_booth_stats(rows: Iterable[Mapping[str, Any]], size: timedelta) -> l
                 "booth_id": row["booth_id"],
                 "window_start": start,
                 "window_end": start + size,
-                "vehicle_count": row["vehicle_count"],
-                "total_toll": Decimal(row["total_toll"]),
-                "first_entry_time": row["first_entry_time"],
-                "last_entry_time": row["last_entry_time"],
+                **{column: row[column] for column in BOOTH_STATS_ROLL_UP},
                 "source": row["source"],
             }
             continue
-        held["vehicle_count"] += row["vehicle_count"]
-        held["total_toll"] += Decimal(row["total_toll"])
-        held["first_entry_time"] = min(held["first_entry_time"], row["first_entry_time"])
-        held["last_entry_time"] = max(held["last_entry_time"], row["last_entry_time"])
+        for column, aggregate in BOOTH_STATS_ROLL_UP.items():
+            held[column] = _COMBINE[aggregate](held[column], row[column])
         if held["source"] != row["source"]:
             held["source"] = Source.MIXED.value
     return [buckets[key] for key in sorted(buckets)]

@@ -1,37 +1,44 @@
-"""The rows' JSON written by DuckDB against the merge path in Python.
+"""The serving layer's reads against the merge rule stated plainly in Python.
 
 ``encoded_rows`` has DuckDB write each row's JSON (the store's side of the
-horizon, tagged with its source); ``merged_rows`` reads the rows into Python,
-merges them (``shared.merge``) and ``encode_rows`` writes them. On real DuckDB
-stores (filled by hand, with awkward strings and doubles) the two must give the
-same rows, in the same order, with the same values and sources.
+horizon, tagged with its source), and ``rolled_up_rows`` has each store roll up
+its side in SQL. The reference here reads every row of the range from both
+stores into Python, merges them with ``shared.merge.merge_at_horizon``, rolls
+them up with ``roll_up_booth_stats`` and encodes them with ``encode_rows``. On
+real DuckDB stores (filled by hand, with awkward strings and doubles) both must
+give the reference's rows, in the same order, with the same values and sources;
+hand-written rows check the reference itself.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from batch_layer.publish import empty_store_tables, publish_version
 from serving.batch_reader import BatchSnapshot
-from serving.queries import ViewQuery, encoded_rows, merged_rows
+from serving.queries import ViewQuery, encoded_rows, naive_utc, rolled_up_rows
 from serving.responses import encode_rows
 from serving.speed_tables import SpeedTables
-from shared.batch_store import read_current
-from shared.merge import Source, sources_for
+from shared.batch_store import STORE_TABLE_BY_NAME, read_current
+from shared.merge import Row, Source, merge_at_horizon, roll_up_booth_stats, sources_for
 from tests.unit.test_api import booth_row, fill_speed, speed_booth, speed_record, table_of
 
 HORIZON = datetime(2026, 1, 6, tzinfo=UTC)
+MID_HOUR = datetime(2026, 1, 5, 23, 55, tzinfo=UTC)
+"""A horizon inside a bucket (the batch layer's are midnights): its hour and day are mixed."""
 AWKWARD = 'b"\\ü\t€'  # a quote, a backslash, non-ASCII and a control character
+HOUR, DAY = timedelta(hours=1), timedelta(days=1)
 
 
-@pytest.fixture
-def stores(tmp_path: Path) -> Iterator[tuple[BatchSnapshot, SpeedTables]]:
+def filled_stores(store: Path, horizon: datetime) -> tuple[BatchSnapshot, SpeedTables]:
     fresh = empty_store_tables()
     fresh["booth_stats"] = table_of("booth_stats", [
         booth_row("b1", "2026-01-05T23:50", 3, "7.50"),
@@ -52,19 +59,60 @@ def stores(tmp_path: Path) -> Iterator[tuple[BatchSnapshot, SpeedTables]]:
         "booth_id": "b1", "window_start": datetime(2026, 1, 5, 23, 50),
         "reason": "missing_exit", "count": 1,
     }])  # fmt: skip
-    publish_version(tmp_path, fresh, [date(2026, 1, 5)], HORIZON, 0, 5)
-    batch = BatchSnapshot(tmp_path, read_current(tmp_path))
+    publish_version(store, fresh, [date(2026, 1, 5)], horizon, 0, 5)
     speed = SpeedTables()
     fill_speed(speed)
     speed.apply("booth_stats", [speed_record(speed_booth(AWKWARD, "2026-01-06T02:00", 7, 1.1), 1)])
+    version = read_current(store)
+    assert version is not None
+    return BatchSnapshot(store, version), speed
+
+
+@pytest.fixture
+def stores(tmp_path: Path) -> Iterator[tuple[BatchSnapshot, SpeedTables]]:
+    batch, speed = filled_stores(tmp_path, HORIZON)
     try:
         yield batch, speed
     finally:
         batch.retire()
 
 
-def general(query: ViewQuery, batch: BatchSnapshot | None, speed: SpeedTables) -> list[object]:
-    parsed: list[object] = json.loads(encode_rows(merged_rows(query, batch, speed)).json)
+def reference_rows(
+    query: ViewQuery, batch: BatchSnapshot | None, speed: SpeedTables, size: timedelta | None = None
+) -> list[Row]:
+    """Every typed row of the range from both stores, merged, rolled up to ``size`` if given."""
+    table = STORE_TABLE_BY_NAME[query.view]
+    filters = sorted(query.filters.items())
+    where = " AND ".join(
+        [f'"{query.time_column}" >= ?', f'"{query.time_column}" < ?']
+        + [f'"{column}" = ?' for column, _ in filters]
+    )
+    columns = ", ".join(f'"{name}"' for name in table.column_names)
+
+    def read(cursor: duckdb.DuckDBPyConnection) -> list[Row]:
+        params = [naive_utc(query.start), naive_utc(query.end), *(value for _, value in filters)]
+        try:
+            found = cursor.execute(f'SELECT {columns} FROM "{table.name}" WHERE {where}', params)
+            return [
+                dict(zip(table.column_names, values, strict=True)) for values in found.fetchall()
+            ]
+        finally:
+            cursor.close()
+
+    horizon = naive_utc(batch.version.horizon) if batch is not None else None
+    batch_rows = read(batch.cursor()) if batch is not None else []
+    rows = merge_at_horizon(batch_rows, read(speed.cursor()), horizon, query.time_column)
+    if size is not None:
+        rows = roll_up_booth_stats(rows, size)
+    rows.sort(key=lambda row: tuple(row[name] for name in table.key))
+    return rows[: query.limit]
+
+
+def general(
+    query: ViewQuery, batch: BatchSnapshot | None, speed: SpeedTables, size: timedelta | None = None
+) -> list[object]:
+    """The reference's rows as the response writes them."""
+    parsed: list[object] = json.loads(encode_rows(reference_rows(query, batch, speed, size)).json)
     return parsed
 
 
@@ -148,3 +196,71 @@ def test_before_any_batch_version_the_speed_store_answers_alone(
         ("2026-01-06T00:05:00.000Z", 4),
     ]  # fmt: skip
     assert Decimal(rows[0]["total_toll"]) == Decimal("1.10")  # AWKWARD sorts first
+
+
+RANGES = [
+    (datetime(2026, 1, 5, tzinfo=UTC), datetime(2026, 1, 6, tzinfo=UTC)),
+    (datetime(2026, 1, 6, tzinfo=UTC), datetime(2026, 1, 7, tzinfo=UTC)),
+    (datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 2, 1, tzinfo=UTC)),
+    (datetime(2026, 1, 5, 23, 30, tzinfo=UTC), datetime(2026, 1, 6, 0, 30, tzinfo=UTC)),
+]
+
+
+@pytest.mark.parametrize("horizon", [HORIZON, MID_HOUR], ids=["midnight", "mid-hour"])
+@pytest.mark.parametrize("size", [HOUR, DAY], ids=["1h", "1d"])
+@pytest.mark.parametrize(("start", "end"), RANGES)
+@pytest.mark.parametrize(
+    ("filters", "limit"),
+    [({}, None), ({}, 2), ({"booth_id": "b1"}, None), ({"booth_id": AWKWARD}, 1)],
+)
+def test_roll_ups_in_sql_are_the_roll_up_of_the_merged_rows(
+    tmp_path: Path,
+    horizon: datetime,
+    size: timedelta,
+    start: datetime,
+    end: datetime,
+    filters: dict[str, str],
+    limit: int | None,
+) -> None:
+    batch, speed = filled_stores(tmp_path, horizon)
+    try:
+        query = ViewQuery("booth_stats", start, end, filters, limit)
+        rows = rolled_up_rows(query, batch, speed, size)
+        assert json.loads(encode_rows(rows).json) == general(query, batch, speed, size)
+        assert rows == reference_rows(query, batch, speed, size)  # types too, not only JSON
+    finally:
+        batch.retire()
+
+
+def test_the_hand_written_buckets_of_a_horizon_inside_them(tmp_path: Path) -> None:
+    """Horizon 23:55: b1's batch row of 23:50 and speed row of 23:55 share the 23:00 hour."""
+    batch, speed = filled_stores(tmp_path, MID_HOUR)
+    try:
+        query = ViewQuery(
+            "booth_stats", datetime(2026, 1, 5, tzinfo=UTC), datetime(2026, 1, 7, tzinfo=UTC),
+            {"booth_id": "b1"},
+        )  # fmt: skip
+        hours = [
+            (r["window_start"], r["window_end"], r["vehicle_count"], r["total_toll"],
+             r["first_entry_time"], r["last_entry_time"], r["source"])
+            for r in rolled_up_rows(query, batch, speed, HOUR)
+        ]  # fmt: skip
+        # b1's batch row of 23:55 is at the horizon, so the speed row of 23:55 (99) counts
+        assert hours == [
+            (datetime(2026, 1, 5, 23), datetime(2026, 1, 6), 3 + 99, Decimal("106.50"),
+             datetime(2026, 1, 5, 23, 50), datetime(2026, 1, 5, 23, 55), "mixed"),
+            (datetime(2026, 1, 6), datetime(2026, 1, 6, 1), 2 + 4, Decimal("13.00"),
+             datetime(2026, 1, 6), datetime(2026, 1, 6, 0, 5), "speed"),
+        ]  # fmt: skip
+        days = rolled_up_rows(query, batch, speed, DAY)
+        assert [(r["window_start"], r["vehicle_count"], r["source"]) for r in days] == [
+            (datetime(2026, 1, 5), 102, "mixed"), (datetime(2026, 1, 6), 6, "speed"),
+        ]  # fmt: skip
+        every_booth = replace(query, filters={})
+        assert [(r["booth_id"], r["vehicle_count"], r["source"])
+                for r in rolled_up_rows(every_booth, batch, speed, DAY)] == [
+            (AWKWARD, 4, "batch"), (AWKWARD, 7, "speed"), ("b0", 2, "batch"),
+            ("b1", 102, "mixed"), ("b1", 6, "speed"), ("b3", 5, "speed"),
+        ]  # fmt: skip
+    finally:
+        batch.retire()
