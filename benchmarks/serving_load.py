@@ -1,7 +1,7 @@
 """Serving-layer load: a booth-day query at increasing request rates (a measurement, not a test).
 
     .venv/bin/python benchmarks/serving_load.py [--rates 100,250,500,1000] [--seconds 10]
-        [--workers N] [--cache-mb MB]
+        [--workers N] [--cache-mb MB] [--cold] [--shapes]
 
 Builds a populated batch store (one published version: 50 booths x 60 days of
 5-minute booth_stats = 864,000 rows, plus 1,000,000 vehicle_trips), starts its
@@ -20,6 +20,11 @@ booth-days. With the cache on, every booth-day is first requested once (the
 "priming" pass, closed loop, which also measures what a miss costs), so the
 rates measure a warm cache; ``--cold`` skips that pass, and the hit rate then
 grows as the run goes on.
+
+``--shapes`` first times other query shapes one request at a time (a booth's
+days rolled up, every booth's hours and days, every booth's 5-minute rows up to
+the default limit), 20 requests each; with the cache on, all but the first of
+them are hits, so run it with ``--cache-mb 0`` to time reading the stores.
 
 The load generator runs on the same 2 cores as the server. Everything it starts
 it stops, by pid.
@@ -116,6 +121,46 @@ def every_booth_day() -> list[tuple[str, dict[str, str]]]:
     return [booth_day_request(booth, n) for booth in range(BOOTHS) for n in range(DAYS)]
 
 
+def day_range(first: int, days: int) -> dict[str, str]:
+    start = FIRST_DAY + timedelta(days=first)
+    return {"from": f"{start}T00:00:00Z", "to": f"{start + timedelta(days=days)}T00:00:00Z"}
+
+
+SHAPES: list[tuple[str, str, dict[str, str]]] = [
+    ("one booth, a day at 5m", "/v1/booths/booth-03/stats", day_range(0, 1)),
+    ("one booth, a day at 1h", "/v1/booths/booth-03/stats",
+     {**day_range(0, 1), "granularity": "1h"}),
+    ("one booth, 59 days at 1d", "/v1/booths/booth-03/stats",
+     {**day_range(0, DAYS - 1), "granularity": "1d"}),
+    ("every booth, a day at 1h", "/v1/stats", {**day_range(0, 1), "granularity": "1h"}),
+    ("every booth, a week at 1d", "/v1/stats", {**day_range(0, 7), "granularity": "1d"}),
+    ("every booth, 59 days at 1d", "/v1/stats", {**day_range(0, DAYS - 1), "granularity": "1d"}),
+    ("every booth, a day at 5m", "/v1/stats", day_range(0, 1)),
+]  # fmt: skip
+"""(name, path, query parameters) of the shapes ``--shapes`` times."""
+
+
+def time_shapes(base_url: str, repeats: int = 20) -> None:
+    """Each shape ``repeats`` times, one request at a time: rows, size, p50/p99 latency."""
+    print(f"{'query shape':<30}{'rows':>7}{'KB':>8}{'p50 ms':>9}{'p99 ms':>9}{'X-Cache':>9}")
+    with httpx.Client(base_url=base_url, headers={"X-API-Key": API_KEY}, timeout=60) as client:
+        for name, path, params in SHAPES:
+            timings = []
+            for _ in range(repeats):
+                started = time.perf_counter()
+                response = client.get(path, params=params)
+                timings.append(time.perf_counter() - started)
+                if response.status_code != 200:
+                    raise SystemExit(f"{name}: HTTP {response.status_code} {response.text[:200]}")
+            rows = len(response.json()["rows"])
+            print(
+                f"{name:<30}{rows:>7,}{len(response.content) / 1024:>8,.0f}"
+                f"{percentile(timings, 0.5) * 1000:>9.1f}{percentile(timings, 0.99) * 1000:>9.1f}"
+                f"{response.headers.get('X-Cache', ''):>9}",
+                flush=True,
+            )
+
+
 def prime(base_url: str) -> tuple[int, float]:
     """Ask for every booth-day once, one request at a time: (misses, seconds)."""
     misses, started = 0, time.perf_counter()
@@ -169,6 +214,9 @@ def main() -> None:
     parser.add_argument(
         "--cold", action="store_true", help="skip the priming pass (the cache fills during the run)"
     )
+    parser.add_argument(
+        "--shapes", action="store_true", help="first time other query shapes (roll-ups, all booths)"
+    )
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
@@ -205,6 +253,8 @@ def main() -> None:
                     raise SystemExit("the server did not become ready in 60 s")
                 time.sleep(0.3)
             open_loop(port, API_KEY, booth_day, 50, 2)  # warm up
+            if args.shapes:
+                time_shapes(base_url)
             if args.cache_mb != 0 and not args.cold:
                 misses, seconds = prime(base_url)
                 print(
