@@ -54,13 +54,11 @@ class ViewQuery:
     end: datetime
     filters: Mapping[str, str]
     limit: int | None = None
-    wire: bool = True
-    """Instants and money as the response writes them (strings), else typed values."""
 
     def key(self) -> tuple[Any, ...]:
         """Everything that decides the query's rows, hashable (a result cache's key)."""
         filters = tuple(sorted(self.filters.items()))
-        return (self.view, self.start, self.end, filters, self.limit, self.wire)
+        return (self.view, self.start, self.end, filters, self.limit)
 
     @property
     def time_column(self) -> str:
@@ -86,25 +84,24 @@ class ViewQuery:
         return f"{text} LIMIT ?", [*params, self.limit]
 
     def sql(
-        self, side: Source, horizon: datetime | None, as_json: bool = False, keyed: bool = False
+        self, side: Source, horizon: datetime | None, keyed: bool = False
     ) -> tuple[str, list[Any]]:
         """The query for one side of the horizon: ``batch`` (time < H) or ``speed`` (time >= H).
 
-        ``as_json``: one column, each row as a JSON object of the wire values
-        and the side as its ``source`` (the response's encoding), in key order;
-        ``keyed`` puts the view's key columns (typed) before it.
+        One column, each row as a JSON object of its wire values with the side
+        as its ``source`` (the response's encoding), in key order; ``keyed``
+        puts the view's key columns (typed) before it.
         """
         table = STORE_TABLE_BY_NAME[self.view]
         where, params = self._where(side, horizon)
-        values = [(name, _value(name, sql_type, self.wire)) for name, sql_type in table.columns]
+        fields = ", ".join(
+            f'"{name}" := {_wire(name, sql_type)}' for name, sql_type in table.columns
+        )
+        # the source is an enum member's value (code), not a request's
+        columns = f"to_json(struct_pack({fields}, \"source\" := '{side.value}'))"
         order = ", ".join(f'"{table.name}"."{name}"' for name in table.key)
-        if as_json:  # the source is an enum member's value (code), not a request's
-            fields = [f'"{name}" := {value}' for name, value in values]
-            columns = f"to_json(struct_pack({', '.join(fields)}, \"source\" := '{side.value}'))"
-            if keyed:
-                columns = f"{order}, {columns}"
-        else:
-            columns = ", ".join(f'{value} AS "{name}"' for name, value in values)
+        if keyed:
+            columns = f"{order}, {columns}"
         return self._limited(
             f'SELECT {columns} FROM "{table.name}" WHERE {where} ORDER BY {order}', params
         )
@@ -133,12 +130,12 @@ class ViewQuery:
         return self._limited(text, [size, naive_utc(EPOCH), *params])
 
 
-def _value(name: str, sql_type: str, wire: bool) -> str:
-    """A stored column as the query reads it: as the response writes it if ``wire``."""
+def _wire(name: str, sql_type: str) -> str:
+    """A stored column as the response writes it: instants and money as strings."""
     column = f'"{name}"'
-    if wire and sql_type.startswith("TIMESTAMP"):
+    if sql_type.startswith("TIMESTAMP"):
         return f"strftime({column}, '{INSTANT_STRFTIME}')"
-    if wire and sql_type.startswith("DECIMAL"):
+    if sql_type.startswith("DECIMAL"):
         return f"CAST({column} AS VARCHAR)"
     return column
 
@@ -176,18 +173,18 @@ def rolled_up_rows(
 def encoded_rows(query: ViewQuery, batch: BatchSnapshot | None, speed: SpeedTables) -> Encoded:
     """A query's merged rows as the response's JSON array, each row written by DuckDB.
 
-    The same rows, order and values as ``merged_rows`` gives (a test holds the
-    two to that): each store's rows of its side of the horizon, tagged with it,
-    in key order; a range across the horizon interleaves the two sides by key
-    (their times differ, so no key is in both).
+    ``shared.merge.merge_at_horizon``'s rows, in key order, as ``json.dumps``
+    would write them (``tests/unit/test_serving_queries.py`` holds it to that):
+    each store's rows of its side of the horizon, tagged with it; a range across
+    the horizon interleaves the two sides by key (their times differ, so no key
+    is in both).
     """
-    assert query.wire, "the JSON holds wire values"
     horizon = batch.version.horizon if batch is not None else None
     sides = sources_for(query.start, query.end, horizon)
     keyed = len(sides) > 1
     parts = []
     for side in sides:
-        text, params = query.sql(side, horizon, as_json=True, keyed=keyed)
+        text, params = query.sql(side, horizon, keyed=keyed)
         cursor = _cursor(side, batch, speed)
         try:
             parts.append(cursor.execute(text, params).fetchall())
