@@ -11,13 +11,20 @@ local state it measured faster than RocksDB (no-data micro-batches of the join
 queries took 3-6 s instead of ~40 s on two cores). For large state on a cluster,
 pass ``--conf spark.sql.streaming.stateStore.providerClass=...RocksDBStateStoreProvider``
 to spark-submit (before the first run: a checkpoint keeps its provider).
+
+A local driver keeps its scratch (shuffle files, spills, the temporary
+directories of each application) under ``<state_dir>/spark-local`` instead of
+``/tmp``: Spark deletes them when it stops, and what a killed run leaves goes
+with the state directory (``make clean``; a test's temporary directory). Set
+``spark.local.dir`` in ``spark_conf``, or ``SPARK_LOCAL_DIRS``, to put it elsewhere.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 
 from pyspark.sql import SparkSession
 
@@ -40,6 +47,8 @@ def spark_session(
     ``spark_conf`` setting overrides it key by key.
     """
     builder = SparkSession.builder.appName(app_name)
+    config = {**(extra_config or {}), **settings.spark_conf}
+    launch_environment: dict[str, str] = {}
     if not under_spark_submit():
         if settings.spark_master.startswith("local"):
             # Python UDF workers must run this interpreter (the project's venv), not
@@ -52,7 +61,13 @@ def spark_session(
             .config("spark.jars", jars)
             .config("spark.driver.memory", settings.spark_driver_memory)
         )
-    for key, value in {**(extra_config or {}), **settings.spark_conf}.items():
+        if "spark.local.dir" not in config and "SPARK_LOCAL_DIRS" not in os.environ:
+            # the environment variable, not spark.local.dir: Spark warns about that
+            # setting on every start (a cluster manager would override it). Spark
+            # creates the directory.
+            scratch = settings.state_dir.resolve() / "spark-local"
+            launch_environment["SPARK_LOCAL_DIRS"] = str(scratch)
+    for key, value in config.items():
         builder = builder.config(key, value)
     sql_settings = {
         "spark.ui.showConsoleProgress": "false",
@@ -63,8 +78,25 @@ def spark_session(
     }
     for key, value in sql_settings.items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    with _environment(launch_environment):  # read when the driver's JVM starts
+        session = builder.getOrCreate()
     for key, value in sql_settings.items():  # the session may have existed already
         if key.startswith("spark.sql."):
             session.conf.set(key, value)
     return session
+
+
+@contextmanager
+def _environment(values: Mapping[str, str]) -> Iterator[None]:
+    """These environment variables for the duration, then as they were (so the
+    processes this one starts later do not inherit them)."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

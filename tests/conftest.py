@@ -18,13 +18,17 @@ from speed_layer.job import SPEED_SPARK_CONF
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     """One local SparkSession for the whole run: small, UTC, no UI. Tests never stop it.
 
     It has the speed job's fair scheduler pools; jobs started outside a pool (the
     batch layer's, the tests' own) run in order, as under Spark's default.
     """
-    settings = Settings(spark_master="local[2]", spark_shuffle_partitions=2)
+    settings = Settings(
+        state_dir=tmp_path_factory.mktemp("spark-session"),  # its scratch goes with the run
+        spark_master="local[2]",
+        spark_shuffle_partitions=2,
+    )
     session = spark_session(
         settings,
         "lambdaline-tests",
