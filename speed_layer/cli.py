@@ -30,4 +30,9 @@ def speed_run(
         Console(stderr=True).print(f"[red]error:[/red] {error}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
     spark = job.speed_spark_session(settings)
-    job.run(spark, settings, available_now=available_now)
+    try:
+        job.run(spark, settings, available_now=available_now)
+    finally:
+        # stops the SparkContext, which deletes its scratch (shuffle files, the
+        # driver's temporary files) before the JVM exits with this process
+        spark.stop()

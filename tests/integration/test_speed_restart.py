@@ -153,6 +153,12 @@ def test_sigterm_stops_every_query_cleanly(kafka: Settings, tmp_path: Path) -> N
         wait_for_batches(settings, "speed.booth_stats", batches=1, timeout_s=240)
         driver.send_signal(signal.SIGTERM)  # to the Python driver only, as a supervisor does
         assert driver.wait(timeout=120) == 0
+        # the driver stopped Spark before it exited, so its scratch is gone already
+        # (a supervisor SIGKILLs the group now, and a JVM in its exit hooks would leave it)
+        scratch = settings.state_dir / "spark-local"
+        assert scratch.is_dir()  # a local driver's scratch lives under the state dir
+        assert not [found.name for found in scratch.glob("*/userFiles-*")]
+        assert not [found.name for found in scratch.glob("blockmgr-*")]
     finally:
         if driver.poll() is None:
             os.killpg(driver.pid, signal.SIGKILL)
