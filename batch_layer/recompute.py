@@ -25,7 +25,7 @@ from batch_layer import master
 from shared.events import EVENT_TYPES, TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION, EventType
 from shared.settings import Settings
 from shared.validation import SOURCE_COLUMNS
-from shared.views import VIEW_INPUTS, all_views, without_duplicates
+from shared.views import COUNTED_INPUTS, VIEW_INPUTS, all_views, without_duplicates
 
 DEAD_LETTERS = "dead_letters"
 
@@ -114,19 +114,24 @@ def _events(
     dates: Iterable[date],
     persist: bool = False,
 ) -> DataFrame:
-    """Valid events of these dates with duplicates removed, persisted if asked.
+    """Valid events of these dates, without duplicates where a view counts them, persisted if asked.
 
-    Only the columns the views read are kept (half the time of keeping whole
-    events, measured at 1M entries); Parquet reads no others, so the raw key and
-    value bytes stay on disk. Entries feed three views and are persisted; exits
-    and registrations each feed one persisted join (``shared.views.all_views``),
-    so caching them would only cost the time to build the cache.
+    Only entries are counted (``shared.views.COUNTED_INPUTS``): copies of an
+    exit or a registration cannot change the earliest exit or the latest
+    registration of an entry, so they are not worth a shuffle and a sort. Only
+    the columns the views read are kept (half the time of keeping whole events,
+    measured at 1M entries); Parquet reads no others, so the raw key and value
+    bytes stay on disk. Entries feed three views and are persisted; exits and
+    registrations each feed one persisted join (``shared.views.all_views``), so
+    caching them would only cost the time to build the cache.
     """
     kept = VIEW_INPUTS[event_type.name]
-    dedup = dict.fromkeys(["event_id", *kept, *SOURCE_COLUMNS])  # ordered, without repeats
-    events = master.read_events(spark, settings, event_type, dates).select(*dedup)
-    unique = events.transform(without_duplicates).select(*kept)
-    return unique.persist(StorageLevel.MEMORY_AND_DISK) if persist else unique
+    events = master.read_events(spark, settings, event_type, dates)
+    if event_type.name in COUNTED_INPUTS:
+        dedup = dict.fromkeys(["event_id", *kept, *SOURCE_COLUMNS])  # ordered, without repeats
+        events = events.select(*dedup).transform(without_duplicates)
+    events = events.select(*kept)
+    return events.persist(StorageLevel.MEMORY_AND_DISK) if persist else events
 
 
 def recompute(

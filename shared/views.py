@@ -7,7 +7,8 @@ arguments, taken from settings by the caller, never written here.
 
 Inputs are validated events as :func:`shared.validation.decode_records` yields
 them (event fields plus ``source_*`` columns). Duplicates (same ``event_id``)
-are removed by :func:`without_duplicates` before any view counts them.
+are removed by :func:`without_duplicates` before any view counts them
+(:data:`COUNTED_INPUTS`: only entries are counted).
 
 Output columns, named as in DESIGN.md:
 
@@ -209,6 +210,14 @@ VIEW_INPUTS: dict[str, tuple[str, ...]] = {
 }
 """The event columns (by event type name) that :func:`all_views` reads: a caller that keeps
 deduplicated events for several views keeps these and drops the rest."""
+
+COUNTED_INPUTS: frozenset[str] = frozenset({"toll_entry"})
+"""The event types (by name) whose copies a view would count twice: booth_stats
+counts and sums entries, so entries lose their duplicates (:func:`without_duplicates`)
+before any view reads them. Exits and registrations reach the views only through
+a ``min`` per entry (its earliest exit) or a ``max`` (its latest registration),
+which copies of them do not change; neither layer spends a shuffle and a sort
+(or a state store) on their duplicates."""
 
 
 def registrations_at_entry(entries: DataFrame, registrations: DataFrame) -> DataFrame:

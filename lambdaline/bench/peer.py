@@ -2,7 +2,9 @@
 
 It is an independent implementation of the view rules of DESIGN.md (not the
 shared Spark functions), so equal row counts also cross-check the Spark result.
-Dedup keeps each event_id's first record in source order, as the batch layer does.
+Entries keep each event_id's first record in source order, as the batch layer
+does; exits and registrations keep their copies, as the batch layer does too
+(``shared.views.COUNTED_INPUTS``: a copy cannot change a ``min`` or an as-of match).
 """
 
 from __future__ import annotations
@@ -20,19 +22,24 @@ def peer_statements(settings: Settings, threads: int) -> str:
     window = f"to_seconds({int(settings.window.total_seconds())})"
     max_trip = f"to_seconds({int(settings.max_trip.total_seconds())})"
 
-    def events(topic: str) -> str:
-        return (
+    def events(topic: str, deduplicated: bool) -> str:
+        read = (
             f"SELECT * FROM read_parquet('{master}/topic={topic}/*/*/*.parquet', "
-            "hive_partitioning = true) QUALIFY row_number() OVER (PARTITION BY event_id "
+            "hive_partitioning = true)"
+        )
+        if not deduplicated:
+            return read
+        return (
+            f"{read} QUALIFY row_number() OVER (PARTITION BY event_id "
             "ORDER BY source_timestamp, source_topic, source_partition, source_offset) = 1"
         )
 
     return f"""
         SET threads = {threads};
         SET TimeZone = 'UTC';
-        CREATE TEMP TABLE entries AS {events(topics.entries)};
-        CREATE TEMP TABLE exits AS {events(topics.exits)};
-        CREATE TEMP TABLE registrations AS {events(topics.registrations)};
+        CREATE TEMP TABLE entries AS {events(topics.entries, True)};
+        CREATE TEMP TABLE exits AS {events(topics.exits, False)};
+        CREATE TEMP TABLE registrations AS {events(topics.registrations, False)};
         CREATE TEMP TABLE booth_stats AS
             SELECT booth_id, window_start, window_start + {window} AS window_end,
                    vehicle_count, total_toll, first_entry_time, last_entry_time

@@ -7,6 +7,8 @@ Input, by hand (window 5 min, max_trip 1 h; D = 2026-01-05 unless a test says ot
 - 01-04: e1 b1 P1 10:00:10 (exit 10:20:10), e2 b1 P2 10:03 (exits 10:30 and
   10:40: the earliest counts), e3 b1 P3 23:50 (exit 00:20 the next day).
 - 01-05: e4 b2 P1 13:00 (no exit), and e1 sent again (a duplicate a day later).
+- copies of exits x1 and x3 and of registrations R-2 and R-3, sent later: they
+  change nothing (the batch drops duplicates of entries only, which it counts).
 - 01-06: e6 b1 P2 08:00 (exit 08:05), after D.
 - dead letters: not JSON (01-04), a missing field and a blank booth (01-05), an
   event time hours after its record timestamp (01-06, after D).
@@ -52,6 +54,9 @@ REGISTRATIONS = [
     (b"P1", registration_value("r1", "R-1", "P1", False, "2026-01-02T09:00:00.000Z"), "2026-01-02T09:00:00.100Z"),
     (b"P2", registration_value("r3", "R-3", "P2", True, "2026-01-03T08:00:00.000Z"), "2026-01-03T08:00:00.100Z"),
     (b"P1", registration_value("r2", "R-2", "P1", True, "2026-01-05T12:00:00.000Z"), "2026-01-05T12:00:00.100Z"),
+    # copies, a day later: a registration's copy cannot change which one applies
+    (b"P2", registration_value("r3", "R-3", "P2", True, "2026-01-03T08:00:00.000Z"), "2026-01-04T08:00:00.000Z"),
+    (b"P1", registration_value("r2", "R-2", "P1", True, "2026-01-05T12:00:00.000Z"), "2026-01-06T12:00:00.000Z"),
 ]  # fmt: skip
 ENTRIES = [
     (b"P1", entry_value("e1", "b1", "P1", "2026-01-04T10:00:10.000Z", "2.50"), "2026-01-04T10:00:10.100Z"),
@@ -67,6 +72,9 @@ EXITS = [
     (b"P2", exit_value("x2b", "b1", "P2", "2026-01-04T10:40:00.000Z"), "2026-01-04T10:40:00.100Z"),
     (b"P3", exit_value("x3", "b1", "P3", "2026-01-05T00:20:00.000Z"), "2026-01-05T00:20:00.100Z"),
     (b"P2", exit_value("x6", "b1", "P2", "2026-01-06T08:05:00.000Z"), "2026-01-06T08:05:00.100Z"),
+    # copies, hours later: an exit's copy cannot change a trip or make one
+    (b"P3", exit_value("x3", "b1", "P3", "2026-01-05T00:20:00.000Z"), "2026-01-05T09:00:00.000Z"),
+    (b"P1", exit_value("x1", "b1", "P1", "2026-01-04T10:20:10.000Z"), "2026-01-05T09:00:01.000Z"),
 ]  # fmt: skip
 MALFORMED = [
     (b"P9", b"not json", "2026-01-04T11:00:00.000Z"),
