@@ -18,14 +18,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import date, timedelta
 
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 
 from batch_layer import master
 from shared.events import EVENT_TYPES, TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION, EventType
 from shared.settings import Settings
 from shared.validation import SOURCE_COLUMNS
-from shared.views import COUNTED_INPUTS, VIEW_INPUTS, all_views, without_duplicates
+from shared.views import COUNTED_INPUTS, PERSISTED, VIEW_INPUTS, all_views, without_duplicates
 
 DEAD_LETTERS = "dead_letters"
 
@@ -131,7 +130,7 @@ def _events(
         dedup = dict.fromkeys(["event_id", *kept, *SOURCE_COLUMNS])  # ordered, without repeats
         events = events.select(*dedup).transform(without_duplicates)
     events = events.select(*kept)
-    return events.persist(StorageLevel.MEMORY_AND_DISK) if persist else events
+    return events.persist(PERSISTED) if persist else events
 
 
 def recompute(

@@ -37,6 +37,11 @@ BATCH_SPARK_CONF: dict[str, str] = {
     # WindowGroupLimit (a sort of every input row) before the shuffle, which only
     # pays when many rows share an event_id, and duplicates are rare
     "spark.sql.optimizer.windowGroupLimitThreshold": "-1",
+    # the trip join as a shuffled hash join (a hash table of each partition's
+    # exits) instead of sorting both sides, chosen by AQE only when every
+    # partition's build side is below this size, so a large backfill still gets
+    # the sort-merge join, which spills; measured in docs/architecture.md
+    "spark.sql.adaptive.maxShuffledHashJoinLocalMapThreshold": "128MB",
     # the persisted entries and joins are read within seconds of being built:
     # compressing their in-memory columns costs more CPU than it saves
     "spark.sql.inMemoryColumnarStorage.compressed": "false",

@@ -36,6 +36,12 @@ from pyspark.sql import types as T
 
 MONEY_TOTAL = T.DecimalType(18, 2)
 
+PERSISTED = StorageLevel.MEMORY_AND_DISK_DESER
+"""How intermediate results read by several views are persisted. PySpark's
+``MEMORY_AND_DISK`` is the serialized level (Python RDDs are pickled), which
+would serialize every cached column batch again; ``_DESER`` is what Scala's
+``MEMORY_AND_DISK`` and PySpark's ``DataFrame.persist()`` default mean."""
+
 
 class DiagnosticReason(StrEnum):
     MISSING_EXIT = "missing_exit"
@@ -334,9 +340,8 @@ def all_views(
     the registration lookup, and one left outer trip join whose matched pairs
     give ``vehicle_trips`` and whose unmatched entries give the missing exits.
     """
-    keep = StorageLevel.MEMORY_AND_DISK
-    at_entry = registrations_at_entry(entries, registrations).persist(keep)
-    matches = trip_matches(entries, exits, max_trip, "left_outer").persist(keep)
+    at_entry = registrations_at_entry(entries, registrations).persist(PERSISTED)
+    matches = trip_matches(entries, exits, max_trip, "left_outer").persist(PERSISTED)
     return {
         "booth_stats": booth_stats(entries, window),
         "vehicle_trips": earliest_exits(matches.where(F.col("exit_time").isNotNull())),

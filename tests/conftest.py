@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 from pyspark.sql import SparkSession
 
+from batch_layer.run import BATCH_SPARK_CONF
 from shared.settings import Settings, get_settings
 from shared.spark_session import spark_session
 from speed_layer.job import SPEED_SPARK_CONF
@@ -22,8 +23,13 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     """One local SparkSession for the whole run: small, UTC, no UI. Tests never stop it.
 
     It has the speed job's fair scheduler pools; jobs started outside a pool (the
-    batch layer's, the tests' own) run in order, as under Spark's default.
+    batch layer's, the tests' own) run in order, as under Spark's default. It has
+    the batch job's SQL tuning too, so an in-process batch run plans its joins as
+    ``lambdaline batch run`` does (JVM options belong to the process, not here).
     """
+    batch_sql = {
+        key: value for key, value in BATCH_SPARK_CONF.items() if key.startswith("spark.sql.")
+    }
     settings = Settings(
         state_dir=tmp_path_factory.mktemp("spark-session"),  # its scratch goes with the run
         spark_master="local[2]",
@@ -33,6 +39,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
         settings,
         "lambdaline-tests",
         extra_config={
+            **batch_sql,
             **SPEED_SPARK_CONF,
             "spark.ui.enabled": "false",
             "spark.default.parallelism": "2",
