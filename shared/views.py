@@ -339,9 +339,12 @@ def all_views(
     persisted (``spark.catalog.clearCache()`` or ``unpersist`` releases them):
     the registration lookup, and one left outer trip join whose matched pairs
     give ``vehicle_trips`` and whose unmatched entries give the missing exits.
+    Neither of those reads the entry's ``event_id`` (unmatched entries are
+    counted row by row), so the persisted join goes without it.
     """
     at_entry = registrations_at_entry(entries, registrations).persist(PERSISTED)
-    matches = trip_matches(entries, exits, max_trip, "left_outer").persist(PERSISTED)
+    matches = trip_matches(entries, exits, max_trip, "left_outer").drop("event_id")
+    matches = matches.persist(PERSISTED)
     return {
         "booth_stats": booth_stats(entries, window),
         "vehicle_trips": earliest_exits(matches.where(F.col("exit_time").isNotNull())),

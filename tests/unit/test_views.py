@@ -16,6 +16,7 @@ from pyspark.testing import assertDataFrameEqual
 
 from shared.events import TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION, EventType
 from shared.views import (
+    all_views,
     booth_stats,
     diagnostics,
     expired_registrations,
@@ -180,3 +181,41 @@ def test_window_size_is_an_argument(entries: DataFrame) -> None:
         (at("10:00:00"), 3),
         (at("23:00:00"), 1),
     ]
+
+
+def test_all_views_count_entries_of_one_key_row_by_row(
+    spark: SparkSession, exits: DataFrame, registrations: DataFrame
+) -> None:
+    """Two vehicles (two event_ids) at one booth, plate and instant, neither with an
+    exit or a registration: two of each diagnostic, and no trip. all_views persists
+    the trip join without event_id; the rows must still be counted one by one."""
+    twins = without_duplicates(
+        events(
+            spark,
+            TOLL_ENTRY,
+            [
+                entry("t1", "b2", "P9", at("12:00:00"), "1.00"),
+                entry("t2", "b2", "P9", at("12:00:00"), "1.00"),
+                entry("t1", "b2", "P9", at("12:00:00"), "1.00"),  # a copy of t1
+            ],
+        )
+    )
+    views = all_views(twins, exits, registrations, WINDOW, MAX_TRIP)
+    try:
+        assertDataFrameEqual(
+            views["diagnostics"],
+            [
+                Row(booth_id="b2", window_start=at("12:00:00"), reason="missing_exit", count=2),
+                Row(
+                    booth_id="b2",
+                    window_start=at("12:00:00"),
+                    reason="missing_registration",
+                    count=2,
+                ),
+            ],
+            checkRowOrder=False,
+        )
+        assert views["vehicle_trips"].count() == 0
+        assert [row.vehicle_count for row in views["booth_stats"].collect()] == [2]
+    finally:
+        spark.catalog.clearCache()
