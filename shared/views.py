@@ -339,10 +339,11 @@ def all_views(
     persisted (``spark.catalog.clearCache()`` or ``unpersist`` releases them):
     the registration lookup, and one left outer trip join whose matched pairs
     give ``vehicle_trips`` and whose unmatched entries give the missing exits.
-    Neither of those reads the entry's ``event_id`` (unmatched entries are
-    counted row by row), so the persisted join goes without it.
+    No view reads the entry's ``event_id`` from either (entries without an exit
+    or a registration are counted row by row), so neither keeps it.
     """
-    at_entry = registrations_at_entry(entries, registrations).persist(PERSISTED)
+    at_entry = registrations_at_entry(entries, registrations).drop("event_id")
+    at_entry = at_entry.persist(PERSISTED)
     matches = trip_matches(entries, exits, max_trip, "left_outer").drop("event_id")
     matches = matches.persist(PERSISTED)
     return {
