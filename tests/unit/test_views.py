@@ -188,7 +188,8 @@ def test_all_views_count_entries_of_one_key_row_by_row(
 ) -> None:
     """Two vehicles (two event_ids) at one booth, plate and instant, neither with an
     exit or a registration: two of each diagnostic, and no trip. all_views persists
-    the trip join without event_id; the rows must still be counted one by one."""
+    the trip join and the registration lookup without event_id; the rows must
+    still be counted one by one."""
     twins = without_duplicates(
         events(
             spark,
