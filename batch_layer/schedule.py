@@ -30,6 +30,7 @@ from types import FrameType
 from croniter import croniter
 
 from shared.logs import log_event
+from shared.process_groups import end_group
 
 logger = logging.getLogger("lambdaline.batch")
 
@@ -93,8 +94,7 @@ class Scheduler:
             try:
                 code = self.running.wait()
             finally:
-                with contextlib.suppress(ProcessLookupError):  # anything the run left behind
-                    os.killpg(self.running.pid, signal.SIGKILL)
+                end_group(self.running.pid)  # anything the run left behind (its JVM, exiting)
                 self.running.wait()
                 self.running = None
         self.runs += 1

@@ -3,15 +3,14 @@
 ``lambdaline demo`` and ``lambdaline bench`` start the speed job, the generator
 and the API this way: the terminal's Ctrl-C reaches only the parent, which
 stops each child with SIGTERM to the child itself (the speed job stops its
-queries, uvicorn drains), waits, and then SIGKILLs the child's process group so
-no JVM or worker process outlives it.
+queries, uvicorn drains), waits, gives the rest of the child's process group
+(its JVM, exiting by itself) a few seconds, and then SIGKILLs what is left of
+the group, so no JVM or worker process outlives it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import signal
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from shared.logs import log_event
+from shared.process_groups import GROUP_EXIT_GRACE_S, end_group
 
 logger = logging.getLogger("lambdaline.processes")
 
@@ -63,7 +63,8 @@ class Supervisor:
     def stop(
         self, child: Child, force: threading.Event | None = None, grace: float = STOP_GRACE_S
     ) -> None:
-        """SIGTERM the leader, wait up to ``grace`` (less if forced), then SIGKILL its group."""
+        """SIGTERM the leader, wait up to ``grace`` (less if forced), then end its group
+        (``shared.process_groups.end_group``)."""
         if child.stopped:  # its group id may belong to someone else by now
             return
         force = force or threading.Event()
@@ -73,8 +74,10 @@ class Supervisor:
             deadline = time.monotonic() + grace
             while process.poll() is None and time.monotonic() < deadline and not force.is_set():
                 time.sleep(0.1)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)  # whatever is left: the JVM, workers
+        # whatever is left (the JVM, workers) gets a moment to exit by itself, unless
+        # the leader did not stop in time or a second Ctrl-C came
+        exited = process.poll() is not None and not force.is_set()
+        end_group(process.pid, GROUP_EXIT_GRACE_S if exited else 0.0, force)
         process.wait()
         child.stopped = True
         log_event(logger, "process_stopped", part=child.name, pid=process.pid)

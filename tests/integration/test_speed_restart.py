@@ -21,6 +21,7 @@ from pyspark.sql import SparkSession
 
 from lambdaline.generator import GeneratorConfig, send_to_kafka
 from lambdaline.topics import create_topics
+from shared.process_groups import group_is_gone
 from shared.settings import Settings
 from shared.topics import VIEW_NAMES
 from speed_layer import job
@@ -54,18 +55,6 @@ def wait_for_batches(settings: Settings, query: str, batches: int, timeout_s: fl
         raise AssertionError(f"{query} reported {len(seen)} batches in {timeout_s} s")
     finally:
         consumer.close()
-
-
-def group_is_gone(group: int, timeout_s: float) -> bool:
-    """True once no process (not even an unreaped one) of the process group remains."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(group, 0)
-        except ProcessLookupError:
-            return True
-        time.sleep(0.2)
-    return False
 
 
 def without_batch_ids(settings: Settings) -> dict[str, dict[str, dict[str, object]]]:

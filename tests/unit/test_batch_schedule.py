@@ -70,3 +70,13 @@ def test_a_simulated_clock_paces_the_runs_and_names_their_time(tmp_path: Path) -
     assert output.read_text().split() == ["2026-03-01T23:00:00+00:00", "2026-03-02T00:00:00+00:00"]
     assert scheduler.last_exit_code == 0
     assert time.monotonic() - began < 10
+
+
+def test_a_finished_run_s_children_may_finish_their_exit(tmp_path: Path) -> None:
+    # a batch run's JVM exits after its Python driver, deleting its temporary
+    # directories on the way: the scheduler must not SIGKILL it mid-exit
+    marker = tmp_path / "exit-hooks-ran"
+    command = ["sh", "-c", f"(sleep 1; touch {marker}) & exit 0"]
+    scheduler = Scheduler("* * * * * *", command=command)
+    assert scheduler.run_once() == 0
+    assert marker.exists()

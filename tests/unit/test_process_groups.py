@@ -1,0 +1,46 @@
+"""Ending a process group: what the leader left gets to finish, then is killed (real processes)."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from shared.process_groups import end_group, group_is_gone
+
+
+def _leader_leaving(child: str, tmp_path: Path) -> subprocess.Popen[bytes]:
+    """A leader of a new group that starts ``child`` in the background and exits at once."""
+    leader = subprocess.Popen(
+        ["sh", "-c", f"({child}) & exit 0"], cwd=tmp_path, start_new_session=True
+    )
+    assert leader.wait(timeout=10) == 0
+    return leader
+
+
+def test_what_the_leader_left_may_finish_its_exit_within_the_grace(tmp_path: Path) -> None:
+    # like a JVM running its exit hooks after its Python driver has gone
+    leader = _leader_leaving("sleep 1; touch finished", tmp_path)
+    end_group(leader.pid, grace_s=30)
+    assert (tmp_path / "finished").exists()
+    assert group_is_gone(leader.pid, timeout_s=0)
+
+
+def test_what_outlives_the_grace_is_killed(tmp_path: Path) -> None:
+    leader = _leader_leaving("sleep 60; touch finished", tmp_path)
+    began = time.monotonic()
+    end_group(leader.pid, grace_s=0.5)
+    assert group_is_gone(leader.pid, timeout_s=10)
+    assert time.monotonic() - began < 10
+    assert not (tmp_path / "finished").exists()
+
+
+def test_a_stop_request_kills_at_once(tmp_path: Path) -> None:
+    leader = _leader_leaving("sleep 60", tmp_path)
+    stop = threading.Event()
+    stop.set()
+    began = time.monotonic()
+    end_group(leader.pid, grace_s=60, stop=stop)
+    assert group_is_gone(leader.pid, timeout_s=10)
+    assert time.monotonic() - began < 10
