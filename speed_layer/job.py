@@ -25,7 +25,7 @@ from shared.settings import Settings
 from shared.spark_session import spark_session
 from shared.topics import input_topics
 from shared.validation import DecodedRecords, decode_records
-from shared.views import booth_stats, without_duplicates
+from shared.views import COUNTED_INPUTS, booth_stats, without_duplicates
 from speed_layer.lookups import diagnostic_counts, entry_lookups, publish_lookups
 from speed_layer.progress import ProgressPublisher
 from speed_layer.speed_store import brief_java_errors, view_writer
@@ -91,8 +91,11 @@ def watermarked(events: DataFrame, event_type: EventType, watermark: timedelta) 
 
 
 def with_event_time(events: DataFrame, event_type: EventType, watermark: timedelta) -> DataFrame:
-    """Declare the event-time column and how late its events may be, then drop duplicates."""
-    return watermarked(events, event_type, watermark).transform(without_duplicates)
+    """Declare the event-time column and how late its events may be, then drop the
+    duplicates of an event type a view counts (``shared.views.COUNTED_INPUTS``, as the
+    batch layer does): a state store per partition is spent only where it changes a view."""
+    events = watermarked(events, event_type, watermark)
+    return events.transform(without_duplicates) if event_type.name in COUNTED_INPUTS else events
 
 
 def _started(
