@@ -7,6 +7,7 @@ import threading
 import time
 from pathlib import Path
 
+from lambdaline.processes import Child, Supervisor
 from shared.process_groups import end_group, group_is_gone
 
 
@@ -44,3 +45,19 @@ def test_a_stop_request_kills_at_once(tmp_path: Path) -> None:
     end_group(leader.pid, grace_s=60, stop=stop)
     assert group_is_gone(leader.pid, timeout_s=10)
     assert time.monotonic() - began < 10
+
+
+def test_the_supervisor_lets_a_stopped_part_s_group_finish_its_exit(tmp_path: Path) -> None:
+    # a part that stops on SIGTERM while something it started (its JVM) still exits
+    leader = subprocess.Popen(
+        ["sh", "-c", "trap 'exit 0' TERM; (sleep 1; touch exit-hooks-ran) & while :; do sleep 0.1; done"],
+        cwd=tmp_path, start_new_session=True,
+    )  # fmt: skip
+    supervisor = Supervisor(env={}, logs=tmp_path)
+    child = Child("part", leader, tmp_path / "part.log")
+    supervisor.children.append(child)
+    time.sleep(0.3)  # the trap is set
+    supervisor.stop(child, grace=10)
+    assert leader.returncode == 0  # it stopped on SIGTERM, not by the group's SIGKILL
+    assert (tmp_path / "exit-hooks-ran").exists()
+    assert group_is_gone(leader.pid, timeout_s=0)
