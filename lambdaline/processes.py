@@ -75,9 +75,8 @@ class Supervisor:
             while process.poll() is None and time.monotonic() < deadline and not force.is_set():
                 time.sleep(0.1)
         # whatever is left (the JVM, workers) gets a moment to exit by itself, unless
-        # the leader did not stop in time or a second Ctrl-C came
-        exited = process.poll() is not None and not force.is_set()
-        end_group(process.pid, GROUP_EXIT_GRACE_S if exited else 0.0, force)
+        # the leader did not stop in time or a second Ctrl-C (force) comes
+        end_group(process.pid, GROUP_EXIT_GRACE_S if process.poll() is not None else 0.0, force)
         process.wait()
         child.stopped = True
         log_event(logger, "process_stopped", part=child.name, pid=process.pid)
