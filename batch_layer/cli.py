@@ -6,11 +6,13 @@ import json
 import signal
 import sys
 from datetime import date
+from pathlib import Path
 from types import FrameType
 from typing import Annotated, Any
 
 import typer
 from croniter import croniter
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -125,17 +127,36 @@ def batch_versions(
     if not documents:
         console.print(f"no versions in {settings.batch_store} yet: run `lambdaline batch run`")
         return
-    table = Table(title=f"batch versions in {settings.batch_store}")
+    console.print(_versions_table(documents, settings.batch_store))
+
+
+def _versions_table(documents: list[dict[str, Any]], store: Path) -> Table:
+    """One row per version and table, so it reads in 80 columns (``--json`` for scripts)."""
+    table = Table(
+        title=f"batch versions in {store}",
+        caption="* current: the version the API serves",
+        box=box.SIMPLE_HEAD,
+        padding=(0, 1, 0, 0),
+        show_edge=False,
+    )
+    for column in ("version", "horizon", "created at", "table"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("rows", justify="right", no_wrap=True)
     names = [spec.name for spec in STORE_TABLES]
-    for column in ("version", "horizon", "created at", *names, "current"):
-        table.add_column(column, justify="right" if column in names else "left")
     for document in documents:
-        counts = [f"{document['row_counts'].get(name, 0):,}" for name in names]
-        table.add_row(
-            str(document["version"]), document["horizon"][:16], document["created_at"][:19],
-            *counts, "*" if document["current"] else "",
-        )  # fmt: skip
-    console.print(table)
+        heading = [
+            f"{document['version']}{' *' if document['current'] else ''}",
+            document["horizon"][:16].replace("T", " "),
+            document["created_at"][:16].replace("T", " "),
+        ]
+        for index, name in enumerate(names):
+            table.add_row(
+                *(heading if index == 0 else ["", "", ""]),
+                name,
+                f"{document['row_counts'].get(name, 0):,}",
+                end_section=index == len(names) - 1,
+            )
+    return table
 
 
 @batch_app.command("rollback")

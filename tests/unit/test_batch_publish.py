@@ -9,6 +9,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 import pytest
+from typer.testing import CliRunner
 
 from batch_layer.publish import (
     BatchStoreError,
@@ -18,6 +19,7 @@ from batch_layer.publish import (
     rollback,
     run_lock,
 )
+from lambdaline.cli import app
 from shared.batch_store import read_current, version_file
 
 
@@ -118,3 +120,28 @@ def test_a_second_run_cannot_take_the_lock(tmp_path: Path) -> None:
         pass
     with run_lock(tmp_path):  # released
         pass
+
+
+def test_the_versions_table_reads_in_80_columns(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    publish(tmp_path, booth_rows(("b1", "2026-01-04T10:00", 2)), [date(2026, 1, 4)], horizon_day=5)
+    publish(tmp_path, booth_rows(*[("b1", f"2026-01-05T{h:02d}:00", 1) for h in range(12)]),
+            [date(2026, 1, 5)], horizon_day=6)  # fmt: skip
+    monkeypatch.setenv("LAMBDALINE_BATCH_STORE_DIR", str(tmp_path))
+    monkeypatch.setenv("COLUMNS", "80")
+
+    output = CliRunner().invoke(app, ["batch", "versions"]).output
+
+    lines = output.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert "…" not in output  # nothing cut short
+    first, second = (
+        next(line.split() for line in lines if line.startswith(f"{version} ")) for version in (1, 2)
+    )
+    assert first[:3] == ["1", "2026-01-05", "00:00"] and "*" not in first
+    assert second[:4] == ["2", "*", "2026-01-06", "00:00"]  # the current version
+    # version 2 recomputed 2026-01-05 (12 rows) and kept 2026-01-04's row of version 1
+    assert first[-2:] == ["booth_stats", "1"] and second[-2:] == ["booth_stats", "13"]
+    for name in ("vehicle_trips", "expired_registrations", "diagnostics", "dead_letters"):
+        assert sum(line.split()[-2:] == [name, "0"] for line in lines) == 2
