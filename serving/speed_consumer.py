@@ -21,6 +21,14 @@ from shared.topics import VIEW_NAMES, speed_topic
 
 logger = logging.getLogger("lambdaline.serving")
 
+BOOTSTRAP_TIMEOUT_MS = 5_000
+"""How long one attempt waits for a broker before it is logged as an error and retried.
+
+kafka-python's default (30 s) left a server started without Kafka silent for
+half a minute; the API serves batch answers meanwhile, and ``/readyz`` says why
+it is not ready."""
+RETRY_S = 2.0
+
 
 class SpeedConsumer:
     """A background thread materialising the speed store into :class:`SpeedTables`."""
@@ -39,6 +47,10 @@ class SpeedConsumer:
         self.error: str | None = None
 
     def start(self) -> None:
+        log_event(
+            logger, "speed_consumer_start", bootstrap=self.settings.kafka_bootstrap,
+            topics=[*self.views_by_topic, self.progress_topic],
+        )  # fmt: skip
         self._thread = threading.Thread(target=self._run, name="speed-consumer", daemon=True)
         self._thread.start()
 
@@ -63,16 +75,20 @@ class SpeedConsumer:
             group_id=None,
             enable_auto_commit=False,
             client_id="lambdaline-serving",
+            bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS,
         )
 
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
                 self._follow()
-            except Exception as error:  # keep serving, retry, and say why
-                self.error = f"{type(error).__name__}: {error}"
-                log_event(logger, "speed_consumer_error", error=self.error)
-                self._stop.wait(2.0)
+            except Exception as error:  # keep serving, retry, and say why (once per cause)
+                text, name = str(error), type(error).__name__
+                message = text if text.startswith(name) else f"{name}: {text}"
+                if message != self.error:
+                    log_event(logger, "speed_consumer_error", error=message, retry_s=RETRY_S)
+                self.error = message
+                self._stop.wait(RETRY_S)
 
     def _follow(self) -> None:
         consumer = self._consumer()
@@ -87,7 +103,9 @@ class SpeedConsumer:
             consumer.seek_to_beginning(*partitions)
             if self._start_ends is None:
                 self._start_ends = dict(consumer.end_offsets(partitions))
-            self.error = None
+            if self.error is not None:
+                log_event(logger, "speed_consumer_recovered", after=self.error)
+                self.error = None
             while not self._stop.is_set():
                 batches = consumer.poll(timeout_ms=200, max_records=5000)
                 for partition, records in batches.items():

@@ -55,7 +55,8 @@ def readyz(
     """Ready once the speed store has caught up and the published batch version is attached."""
     waiting = []
     if consumer is None or not consumer.caught_up.is_set():
-        waiting.append("speed store not caught up")
+        why = f" ({consumer.error})" if consumer is not None and consumer.error else ""
+        waiting.append(f"speed store not caught up{why}")
     published = read_current(settings.batch_store)
     if published is not None and reader.version is None:
         waiting.append(f"batch version {published.version} not attached")

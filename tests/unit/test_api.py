@@ -20,6 +20,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from batch_layer.publish import empty_store_tables, publish_version
+from lambdaline.kafka_broker import free_port
 from serving.batch_reader import BatchReader
 from serving.deps import app_settings, speed_consumer, speed_tables
 from serving.main import create_app
@@ -317,3 +318,28 @@ def test_batch_only_answers_come_from_the_version_cache_until_the_version_change
     assert 'lambdaline_batch_cache_responses_total{result="hit"} 2.0' in metrics
     assert 'lambdaline_batch_cache_responses_total{result="miss"} 3.0' in metrics
     assert 'lambdaline_batch_cache_responses_total{result="bypass"} 1.0' in metrics
+
+
+def test_readyz_names_an_unreachable_kafka_and_batch_answers_go_on(tmp_path: Path) -> None:
+    address = f"127.0.0.1:{free_port()}"  # nothing listens there
+    settings = Settings(state_dir=tmp_path, api_keys=["test-key"], kafka_bootstrap=address)
+    publish_batch(settings.batch_store)
+    with TestClient(create_app(settings)) as client:  # the real consumer, started by the app
+        deadline = time.monotonic() + 30  # one attempt waits BOOTSTRAP_TIMEOUT_MS (5 s)
+        while time.monotonic() < deadline:
+            ready = client.get("/readyz")
+            if "Unable to bootstrap" in str(ready.json()):
+                break
+            time.sleep(0.2)
+        assert ready.status_code == 503
+        [why] = ready.json()["waiting_for"]
+        assert why.startswith("speed store not caught up (KafkaTimeoutError")
+        assert address in why
+        assert any(
+            address in error for error in client.get("/v1/status", headers=KEY).json()["errors"]
+        )
+        rows = client.get("/v1/booths/b1/stats", params=DAY, headers=KEY).json()["rows"]
+        # the batch store's two rows of b1 (publish_batch); the speed store is empty
+        assert [(row["window_start"], row["source"]) for row in rows] == [
+            ("2026-01-05T23:50:00.000Z", "batch"), ("2026-01-05T23:55:00.000Z", "batch"),
+        ]  # fmt: skip
