@@ -52,7 +52,7 @@ from lambdaline import kafka_broker
 from lambdaline.processes import CLI, STOP_GRACE_S, Supervisor, log_tail
 from lambdaline.topics import create_topics
 from shared.events import format_instant, parse_instant
-from shared.kafka_admin import port_open
+from shared.kafka_admin import kafka_consumer, port_open
 from shared.logs import configure_logging
 from shared.settings import Settings
 
@@ -166,10 +166,9 @@ class Observer:
         topics = self.settings.topics
         try:
             if self.consumer is None:
-                self.consumer = KafkaConsumer(
-                    bootstrap_servers=self.settings.kafka_bootstrap, group_id=None,
-                    client_id="lambdaline-demo", request_timeout_ms=5000,
-                )  # fmt: skip
+                self.consumer = kafka_consumer(
+                    self.settings, "lambdaline-demo", group_id=None, request_timeout_ms=5000
+                )
             partitions = [
                 TopicPartition(topic, partition)
                 for topic in (topics.entries, topics.exits, topics.registrations)

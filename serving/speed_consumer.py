@@ -15,6 +15,7 @@ import time
 from kafka import KafkaConsumer, TopicPartition
 
 from serving.speed_tables import SpeedTables
+from shared.kafka_admin import kafka_consumer
 from shared.logs import log_event
 from shared.settings import Settings
 from shared.topics import VIEW_NAMES, speed_topic
@@ -70,11 +71,11 @@ class SpeedConsumer:
         )
 
     def _consumer(self) -> KafkaConsumer:
-        return KafkaConsumer(
-            bootstrap_servers=self.settings.kafka_bootstrap,
+        return kafka_consumer(
+            self.settings,
+            client_id="lambdaline-serving",
             group_id=None,
             enable_auto_commit=False,
-            client_id="lambdaline-serving",
             bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS,
         )
 

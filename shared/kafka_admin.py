@@ -1,6 +1,7 @@
-"""Reaching the Kafka cluster: an admin client that fails fast, and a check for commands.
+"""Reaching the Kafka cluster: an admin client that fails fast, a check for commands,
+and a consumer whose failed start leaves nothing running.
 
-Both layers and the command line use these before they start Spark, whose
+Both layers and the command line use the check before they start Spark, whose
 Kafka source would otherwise retry an unreachable cluster for minutes without
 saying why.
 """
@@ -8,8 +9,9 @@ saying why.
 from __future__ import annotations
 
 import socket
+from typing import Any
 
-from kafka import KafkaAdminClient
+from kafka import KafkaAdminClient, KafkaConsumer
 from kafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 
 from shared.settings import Settings
@@ -56,3 +58,26 @@ def require_kafka(settings: Settings) -> None:
             f"cannot reach Kafka at {settings.kafka_bootstrap} ({error}); start the embedded "
             "broker with `lambdaline kafka start` or set LAMBDALINE_KAFKA_BOOTSTRAP"
         ) from None
+
+
+class _Consumer(KafkaConsumer):  # type: ignore[misc]  # kafka-python has no type hints
+    def __init__(self, **configs: Any) -> None:
+        try:
+            super().__init__(**configs)
+        except BaseException:
+            # the half-built client's network thread, started before the bootstrap
+            client = getattr(self, "_client", None)
+            if client is not None:
+                client.close()
+            raise
+
+
+def kafka_consumer(settings: Settings, client_id: str, **configs: Any) -> KafkaConsumer:
+    """A ``KafkaConsumer`` of the configured cluster that leaves no thread behind if it fails.
+
+    kafka-python 3 starts a network thread before it bootstraps, and a bootstrap
+    that times out (``bootstrap_timeout_ms``) raises out of the constructor with
+    that thread still running: a caller that retries an unreachable cluster
+    gained a thread per attempt. Here a failed construction closes it.
+    """
+    return _Consumer(bootstrap_servers=settings.kafka_bootstrap, client_id=client_id, **configs)
