@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 import typer
 from kafka.errors import KafkaConnectionError, KafkaTimeoutError
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -22,7 +23,7 @@ from batch_layer.cli import batch_app
 from lambdaline import demo as demo_app
 from lambdaline import generator as event_generator
 from lambdaline import kafka_broker
-from lambdaline.topics import create_topics
+from lambdaline.topics import TopicOutcome, create_topics
 from serving.cli import serve
 from shared.events import format_instant, parse_instant
 from shared.jvm import JarResolutionError, JvmProfile, resolve_jars
@@ -144,16 +145,24 @@ def topics_create() -> None:
     settings = _settings()
     with _clear_errors(), console.status(f"creating topics on {settings.kafka_bootstrap}"):
         outcomes = create_topics(settings)
-    table = Table("topic", "partitions", "config", "")
+    out.print(topics_table(outcomes))
+
+
+def topics_table(outcomes: list[TopicOutcome]) -> Table:
+    """Each topic whole, one config entry per line (a narrow terminal folds, never cuts)."""
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, padding=(0, 1, 0, 0))
+    table.add_column("topic", no_wrap=True)
+    table.add_column("partitions", justify="right")
+    table.add_column("", no_wrap=True)
+    table.add_column("config", overflow="fold")
     for outcome in outcomes:
-        config = ", ".join(f"{k}={v}" for k, v in outcome.spec.config.items())
         table.add_row(
             outcome.spec.name,
             str(outcome.spec.partitions),
-            config,
             "created" if outcome.created else "exists",
+            "\n".join(f"{key}={value}" for key, value in outcome.spec.config.items()),
         )
-    out.print(table)
+    return table
 
 
 # --- generate ----------------------------------------------------------------------

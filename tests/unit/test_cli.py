@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import stat
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
-from lambdaline.cli import app
+from lambdaline.cli import app, topics_table
 from lambdaline.kafka_broker import free_port, new_cluster_id
+from lambdaline.topics import TopicOutcome
 from shared.jvm import JarResolutionError, JvmProfile, resolve_jars
 from shared.settings import Settings
+from shared.topics import all_topics
 
 runner = CliRunner()
 
@@ -150,3 +154,24 @@ def test_cluster_ids_never_look_like_an_option() -> None:
     ids = [new_cluster_id() for _ in range(5000)]
     assert all(len(cluster_id) == 22 and not cluster_id.startswith("-") for cluster_id in ids)
     assert len(set(ids)) == len(ids)
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_the_topics_table_shows_every_name_and_setting_whole(tmp_path: Path, width: int) -> None:
+    specs = all_topics(Settings(state_dir=tmp_path))
+    outcomes = [TopicOutcome(spec, created=n % 2 == 0) for n, spec in enumerate(specs)]
+    console = Console(file=io.StringIO(), width=width)
+
+    console.print(topics_table(outcomes))
+
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "…" not in text
+    assert max(len(line) for line in text.splitlines()) <= width
+    unfolded = text.replace("\n", " ").split()
+    for spec in specs:
+        assert spec.name in unfolded
+    if width >= 100:  # wide enough for the longest setting on one line
+        for spec in specs:
+            for key, value in spec.config.items():
+                assert f"{key}={value}" in unfolded
+    assert text.count("created") == (len(specs) + 1) // 2
