@@ -31,6 +31,10 @@ it is not ready."""
 RETRY_S = 2.0
 
 
+class MissingTopicsError(Exception):
+    """A speed-store topic the consumer must follow does not exist on the cluster."""
+
+
 class SpeedConsumer:
     """A background thread materialising the speed store into :class:`SpeedTables`."""
 
@@ -94,11 +98,20 @@ class SpeedConsumer:
     def _follow(self) -> None:
         consumer = self._consumer()
         try:
-            topics = [*self.views_by_topic, self.progress_topic]
+            found = {
+                topic: sorted(consumer.partitions_for_topic(topic) or ())
+                for topic in [*self.views_by_topic, self.progress_topic]
+            }
+            if missing := [topic for topic, numbers in found.items() if not numbers]:
+                # followed as they were, the store would be "caught up" with nothing, for good
+                raise MissingTopicsError(
+                    f"topics not found on {self.settings.kafka_bootstrap}: {', '.join(missing)}; "
+                    "create them with `lambdaline topics create`"
+                )
             partitions = [
-                TopicPartition(topic, partition)
-                for topic in topics
-                for partition in sorted(consumer.partitions_for_topic(topic) or ())
+                TopicPartition(topic, number)
+                for topic, numbers in found.items()
+                for number in numbers
             ]
             consumer.assign(partitions)
             consumer.seek_to_beginning(*partitions)

@@ -31,6 +31,9 @@ from rich.console import Console
 from batch_layer.run import run_batch
 from lambdaline.generator import GeneratorConfig, send_to_kafka
 from lambdaline.kafka_broker import free_port
+from lambdaline.topics import create_topics
+from serving.speed_consumer import SpeedConsumer
+from serving.speed_tables import SpeedTables
 from shared.batch_store import STORE_TABLE_BY_NAME, read_current, version_file
 from shared.settings import Settings
 from speed_layer import job
@@ -181,3 +184,30 @@ def test_status_names_the_served_version(
     assert status["speed_caught_up"] is True
     assert status["speed_watermark"] is not None
     assert status["speed_row_counts"]["booth_stats"] > 0
+
+
+def test_the_api_waits_for_missing_speed_topics_and_follows_them_once_created(
+    kafka: Settings, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    settings = isolated_settings(kafka, tmp_path_factory.mktemp("no-topics"))
+    prefix = settings.topics.entries.removesuffix("toll.entries")
+    missing = {  # on the same broker, speed topics nobody created
+        "speed_prefix": f"{prefix}missing.speed.",
+        "speed_progress": f"{prefix}missing.progress",
+    }
+    settings = settings.model_copy(update={"topics": settings.topics.model_copy(update=missing)})
+    consumer = SpeedConsumer(settings, SpeedTables())
+    consumer.start()
+    try:
+        deadline = time.monotonic() + 30
+        while "topics not found" not in (consumer.error or "") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert consumer.error is not None and "topics not found" in consumer.error
+        assert f"{prefix}missing.speed.booth_stats" in consumer.error
+        assert not consumer.caught_up.is_set()  # never "caught up" with nothing
+
+        create_topics(settings)
+        assert consumer.wait_caught_up(30)
+        assert consumer.error is None
+    finally:
+        consumer.stop()
