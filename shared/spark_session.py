@@ -14,8 +14,9 @@ to spark-submit (before the first run: a checkpoint keeps its provider).
 
 A local driver keeps its scratch (shuffle files, spills, the temporary
 directories of each application) under ``<state_dir>/spark-local`` instead of
-``/tmp``: Spark deletes them when it stops, and what a killed run leaves goes
-with the state directory (``make clean``; a test's temporary directory). Set
+``/tmp`` (``SPARK_LOCAL_DIRS``, and the driver JVM's ``java.io.tmpdir``):
+Spark deletes them when it stops, and what a killed run leaves goes with the
+state directory (``make clean``; a test's temporary directory). Set
 ``spark.local.dir`` in ``spark_conf``, or ``SPARK_LOCAL_DIRS``, to put it elsewhere.
 """
 
@@ -67,6 +68,11 @@ def spark_session(
             # creates the directory.
             scratch = settings.state_dir.resolve() / "spark-local"
             launch_environment["SPARK_LOCAL_DIRS"] = str(scratch)
+            # the JVM's own temporary directory too: spark-submit makes one there
+            # per application (empty), which a killed driver left in /tmp
+            scratch.mkdir(parents=True, exist_ok=True)
+            options = [os.environ.get("SPARK_SUBMIT_OPTS", ""), f"-Djava.io.tmpdir={scratch}"]
+            launch_environment["SPARK_SUBMIT_OPTS"] = " ".join(filter(None, options))
     for key, value in config.items():
         builder = builder.config(key, value)
     sql_settings = {
