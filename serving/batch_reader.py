@@ -77,16 +77,16 @@ class BatchReader:
         try:
             pointer = read_current(self.store)
         except (OSError, ValueError, KeyError) as error:
-            self.error = f"cannot read {self.store / 'CURRENT'}: {error}"
+            self._failed(f"cannot read {self.store / 'CURRENT'}: {error}")
             return
         held = self._current
         if pointer is None or (held is not None and held.version == pointer):
+            self.error = None  # e.g. rolled back to the version held after a bad pointer
             return
         try:
             snapshot = BatchSnapshot(self.store, pointer, self.cache_bytes)
         except duckdb.Error as error:
-            self.error = f"cannot open batch version {pointer.version}: {error}"
-            log_event(logger, "batch_version_error", error=self.error)
+            self._failed(f"cannot open batch version {pointer.version}: {error}")
             return
         with self._lock:
             previous, self._current = self._current, snapshot
@@ -97,6 +97,12 @@ class BatchReader:
             logger, "batch_version_attached", version=pointer.version,
             horizon=pointer.horizon.isoformat(),
         )  # fmt: skip
+
+    def _failed(self, message: str) -> None:
+        """Keep serving what is held; say why once (the poll retries every poll_s)."""
+        if message != self.error:
+            log_event(logger, "batch_version_error", error=message)
+        self.error = message
 
     @contextmanager
     def snapshot(self) -> Iterator[BatchSnapshot | None]:

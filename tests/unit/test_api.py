@@ -19,13 +19,14 @@ import pyarrow as pa
 import pytest
 from fastapi.testclient import TestClient
 
-from batch_layer.publish import empty_store_tables, publish_version
+from batch_layer.publish import empty_store_tables, publish_version, rollback
 from lambdaline.kafka_broker import free_port
 from serving.batch_reader import BatchReader
 from serving.deps import app_settings, speed_consumer, speed_tables
 from serving.main import create_app
 from serving.models import BoothStatsRow, ViewResponse
 from serving.speed_tables import SpeedTables
+from shared.batch_store import version_file
 from shared.settings import Settings
 
 KEY = {"X-API-Key": "test-key"}
@@ -345,3 +346,27 @@ def test_readyz_names_an_unreachable_kafka_and_batch_answers_go_on(tmp_path: Pat
         ]  # fmt: skip
     # each failed attempt's network thread was closed, and the app's stop ended the last one
     assert not [t for t in threading.enumerate() if t.name == "kafka-io-lambdaline-serving"]
+
+
+def test_a_version_that_cannot_be_opened_keeps_the_held_one_and_says_why_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = tmp_path / "batch"
+    publish_batch(store, vehicle_count=3)
+    reader = BatchReader(store)
+    reader.refresh()
+    publish_batch(store, vehicle_count=5)
+    version_file(store, 2).unlink()  # CURRENT names a file that is gone
+
+    with caplog.at_level("INFO", logger="lambdaline.serving"):
+        for _ in range(3):  # what the poll does every second
+            reader.refresh()
+    assert reader.version is not None and reader.version.version == 1  # still serving
+    assert reader.error is not None and reader.error.startswith("cannot open batch version 2")
+    assert sum("batch_version_error" in r.getMessage() for r in caplog.records) == 1
+
+    rollback(store, 1)  # back to the version held
+    reader.refresh()
+    assert reader.error is None
+    assert reader.version.version == 1
+    reader.stop()
