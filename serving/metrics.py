@@ -53,6 +53,11 @@ class Metrics:
             "lambdaline_speed_watermark_seconds", "speed-layer watermark, Unix time",
             registry=self.registry,
         )  # fmt: skip
+        self.speed_rejected = Gauge(
+            "lambdaline_speed_records_rejected",
+            "speed-store records skipped as not rows of their view, since start",
+            registry=self.registry,
+        )
 
 
 class LatencyMiddleware:
@@ -103,4 +108,5 @@ def metrics_endpoint(request: Request) -> Response:
         metrics.cache_bytes.set(snapshot.cache.bytes if snapshot is not None else 0)
     watermark = state.speed_tables.watermark
     metrics.speed_watermark.set(watermark.timestamp() if watermark else 0)
+    metrics.speed_rejected.set(state.speed_tables.rejected)
     return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -89,6 +89,10 @@ class StatusResponse(BaseModel):
     )
     speed_caught_up: bool
     speed_row_counts: dict[str, int]
+    speed_records_rejected: int = Field(
+        description="speed-store records skipped since start: not rows of their view "
+        "(the log names the first ones by topic, partition and offset)"
+    )
     errors: list[str]
 
 

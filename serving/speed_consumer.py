@@ -11,10 +11,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from functools import partial
 
 from kafka import KafkaConsumer, TopicPartition
+from kafka.consumer.fetcher import ConsumerRecord
 
-from serving.speed_tables import SpeedTables
+from serving.speed_tables import BadSpeedRecordError, SpeedTables
 from shared.kafka_admin import kafka_consumer
 from shared.logs import log_event
 from shared.settings import Settings
@@ -29,6 +31,8 @@ kafka-python's default (30 s) left a server started without Kafka silent for
 half a minute; the API serves batch answers meanwhile, and ``/readyz`` says why
 it is not ready."""
 RETRY_S = 2.0
+REJECTIONS_LOGGED = 20
+"""Records skipped as not rows of their view that are logged one by one; the rest are counted."""
 
 
 class MissingTopicsError(Exception):
@@ -125,10 +129,14 @@ class SpeedConsumer:
                 for partition, records in batches.items():
                     if partition.topic == self.progress_topic:
                         for record in records:
-                            self.tables.note_progress(record.value)
+                            try:
+                                self.tables.note_progress(record.value)
+                            except BadSpeedRecordError as error:
+                                self._rejected(record, str(error))
                     else:
                         view = self.views_by_topic[partition.topic]
-                        self.tables.apply(view, ((r.key, r.value) for r in records))
+                        rejected = partial(self._rejected_at, records)
+                        self.tables.apply(view, ((r.key, r.value) for r in records), rejected)
                     self._positions[partition] = records[-1].offset + 1
                     self.records_read += len(records)
                 if not self.caught_up.is_set():
@@ -143,6 +151,19 @@ class SpeedConsumer:
                     log_event(logger, "speed_store_caught_up", records=self.records_read)
         finally:
             consumer.close()
+
+    def _rejected_at(self, records: list[ConsumerRecord], position: int, why: str) -> None:
+        self._rejected(records[position], why)
+
+    def _rejected(self, record: ConsumerRecord, why: str) -> None:
+        """A record skipped as not a row of its view: counted, and the first ones logged."""
+        if self.tables.rejected > REJECTIONS_LOGGED:
+            return
+        last = {"then": "counted only"} if self.tables.rejected == REJECTIONS_LOGGED else {}
+        log_event(
+            logger, "speed_record_rejected", topic=record.topic, partition=record.partition,
+            offset=record.offset, reason=why, **last,
+        )  # fmt: skip
 
     def wait_caught_up(self, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s

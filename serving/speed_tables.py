@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -36,16 +36,45 @@ def _speed_ddl(table: StoreTable) -> str:
     return f'CREATE TABLE "{table.name}" ({columns}, batch_id BIGINT NOT NULL, PRIMARY KEY ({key}))'
 
 
-def _typed(table: StoreTable, value: Mapping[str, Any]) -> list[Any]:
-    row: list[Any] = []
-    for name, sql_type in table.columns:
-        field = value[name]
-        if sql_type.startswith("TIMESTAMP"):
-            field = stored_instant(field)
-        elif sql_type.startswith("DECIMAL"):
-            field = Decimal(str(field))
-        row.append(field)
-    return row
+class BadSpeedRecordError(ValueError):
+    """A speed-store record that is not a row of its view; the message says what is wrong."""
+
+
+def _field(name: str, sql_type: str, field: Any) -> Any:
+    """One JSON value as its column holds it, or BadSpeedRecordError (bool is no number)."""
+    if field is None or isinstance(field, bool | dict | list):
+        raise BadSpeedRecordError(f"{name} is {json.dumps(field)}, not a {sql_type.split()[0]}")
+    try:
+        if sql_type.startswith("TIMESTAMP") and isinstance(field, str):
+            return stored_instant(field)
+        if sql_type.startswith("DECIMAL") and isinstance(field, str | int | float):
+            amount = Decimal(str(field))
+            if amount.is_finite():
+                return amount
+        if sql_type.startswith(("BIGINT", "INTEGER")) and isinstance(field, int):
+            return field
+        if sql_type.startswith("DOUBLE") and isinstance(field, int | float):
+            return float(field)
+        if sql_type.startswith("VARCHAR") and isinstance(field, str):
+            return field
+    except (ValueError, ArithmeticError):
+        pass
+    raise BadSpeedRecordError(f"{name} is {json.dumps(field)}, not a {sql_type.split()[0]}")
+
+
+def _typed(table: StoreTable, value: Any) -> list[Any]:
+    """A record's JSON value as a row of ``table`` plus its batch id, or BadSpeedRecordError."""
+    if not isinstance(value, dict):
+        raise BadSpeedRecordError(f"the value is {type(value).__name__}, not a JSON object")
+    missing = [name for name in (*table.column_names, "batch_id") if name not in value]
+    if missing:
+        raise BadSpeedRecordError(f"no {', '.join(missing)}")
+    row = [_field(name, sql_type, value[name]) for name, sql_type in table.columns]
+    return [*row, _field("batch_id", "BIGINT", value["batch_id"])]
+
+
+Reject = Callable[[int, str], None]
+"""Told a record's position in the records given to ``apply`` and why it was skipped."""
 
 
 class SpeedTables:
@@ -56,20 +85,40 @@ class SpeedTables:
         self._lock = threading.Lock()
         self._batch_ids: dict[str, dict[bytes, int]] = {view: {} for view in VIEW_NAMES}
         self.watermarks: dict[str, datetime] = {}
+        self.rejected = 0
+        """Records skipped as not rows of their view (or not progress reports)."""
         for view in VIEW_NAMES:
             self.connection.execute(_speed_ddl(STORE_TABLE_BY_NAME[view]))
 
-    def apply(self, view: str, records: Iterable[tuple[bytes, bytes]]) -> int:
-        """Upsert (key, JSON value) records of a view; returns how many rows changed."""
+    def apply(
+        self,
+        view: str,
+        records: Iterable[tuple[bytes | None, bytes | None]],
+        reject: Reject | None = None,
+    ) -> int:
+        """Upsert (key, JSON value) records of a view; returns how many rows changed.
+
+        A record that is not a row of the view (not JSON, a field missing or of
+        the wrong type, a tombstone) is skipped and passed to ``reject``: one bad
+        record must not stop the store, which would otherwise retry it forever.
+        """
         table = STORE_TABLE_BY_NAME[view]
         held = self._batch_ids[view]
         latest: dict[bytes, tuple[int, list[Any]]] = {}
-        for key, raw in records:
-            value = json.loads(raw)
-            batch_id = int(value["batch_id"])
+        for position, (key, raw) in enumerate(records):
+            try:
+                if key is None or raw is None:
+                    raise BadSpeedRecordError("no key" if key is None else "no value (a tombstone)")
+                row = _typed(table, json.loads(raw))
+            except ValueError as error:  # BadSpeedRecordError, or not JSON (UnicodeDecodeError too)
+                self.rejected += 1
+                if reject is not None:
+                    reject(position, str(error))
+                continue
+            batch_id = row[-1]
             if batch_id < held.get(key, -1) or batch_id < latest.get(key, (-1, []))[0]:
                 continue  # an older micro-batch: never move a row back
-            latest[key] = (batch_id, [*_typed(table, value), batch_id])
+            latest[key] = (batch_id, row)
         if not latest:
             return 0
         # one INSERT over an Arrow table: DuckDB's executemany runs a statement per
@@ -92,12 +141,22 @@ class SpeedTables:
                 held[key] = batch_id
         return len(latest)
 
-    def note_progress(self, raw: bytes) -> None:
-        """Record a query's event-time watermark from a ``speed.progress`` record."""
-        progress = json.loads(raw)
-        watermark = progress.get("watermark")
-        if watermark and stored_instant(watermark) > datetime(1970, 1, 1):  # 0: no data yet
-            self.watermarks[str(progress["query"])] = stored_instant(watermark)
+    def note_progress(self, raw: bytes | None) -> None:
+        """Record a query's event-time watermark from a ``speed.progress`` record.
+
+        Raises BadSpeedRecordError (a ValueError) for a record that is not a progress
+        report; the caller skips it.
+        """
+        try:
+            progress = json.loads(raw or b"null")
+            query, watermark = progress["query"], progress.get("watermark")
+            moment = stored_instant(watermark) if watermark else None
+        except (ValueError, TypeError, KeyError, AttributeError) as error:
+            self.rejected += 1
+            why = f"{type(error).__name__}: {error}"
+            raise BadSpeedRecordError(f"not a progress report ({why})") from None
+        if moment is not None and moment > datetime(1970, 1, 1):  # 0: no data yet
+            self.watermarks[str(query)] = moment
 
     @property
     def watermark(self) -> datetime | None:

@@ -38,6 +38,7 @@ def status(reader: BatchReaderDep, speed: SpeedDep, consumer: SpeedConsumerDep) 
         speed_lag_records=consumer.lag if consumer else None,
         speed_caught_up=consumer.caught_up.is_set() if consumer else False,
         speed_row_counts=_speed_counts(speed),
+        speed_records_rejected=speed.rejected,
         errors=errors,
     )
 

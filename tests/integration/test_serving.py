@@ -12,6 +12,7 @@ left out.
 from __future__ import annotations
 
 import io
+import json
 import os
 import signal
 import subprocess
@@ -25,6 +26,7 @@ from typing import Any
 import duckdb
 import httpx
 import pytest
+from kafka import KafkaProducer
 from pyspark.sql import SparkSession
 from rich.console import Console
 
@@ -209,5 +211,39 @@ def test_the_api_waits_for_missing_speed_topics_and_follows_them_once_created(
         create_topics(settings)
         assert consumer.wait_caught_up(30)
         assert consumer.error is None
+    finally:
+        consumer.stop()
+
+
+def test_a_record_that_is_not_a_row_is_skipped_and_the_store_goes_on(
+    kafka: Settings, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    settings = isolated_settings(kafka, tmp_path_factory.mktemp("poison"))
+    row = {
+        "booth_id": "b1", "window_start": "2026-01-05T06:00:00.000Z",
+        "window_end": "2026-01-05T06:05:00.000Z", "vehicle_count": 3, "total_toll": 7.5,
+        "first_entry_time": "2026-01-05T06:00:01.000Z",
+        "last_entry_time": "2026-01-05T06:04:00.000Z", "batch_id": 1,
+    }  # fmt: skip
+    topic = f"{settings.topics.speed_prefix}booth_stats"
+    producer = KafkaProducer(bootstrap_servers=settings.kafka_bootstrap)
+    try:  # one partition (the key's), so the bad record comes first
+        producer.send(topic, key=b"b1|06:00", value=b"not json")
+        producer.send(topic, key=b"b1|06:00", value=json.dumps(row).encode())
+        producer.send(settings.topics.speed_progress, key=b"x", value=b"{}")
+        producer.flush()
+    finally:
+        producer.close()
+    tables = SpeedTables()
+    consumer = SpeedConsumer(settings, tables)
+    consumer.start()
+    try:
+        assert consumer.wait_caught_up(30), consumer.error
+        assert consumer.error is None
+        assert tables.rejected == 2
+        cursor = tables.cursor()
+        stored = cursor.execute("SELECT booth_id, vehicle_count FROM booth_stats").fetchall()
+        cursor.close()
+        assert stored == [("b1", 3)]
     finally:
         consumer.stop()

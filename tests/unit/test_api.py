@@ -227,6 +227,7 @@ def test_status_health_and_metrics(client: TestClient) -> None:
     assert status["batch_version"] == 1 and status["horizon"] == "2026-01-06T00:00:00.000Z"
     assert status["batch_row_counts"]["booth_stats"] == 3
     assert status["speed_row_counts"]["booth_stats"] == 4
+    assert status["speed_records_rejected"] == 0
     assert client.get("/healthz").json() == {"status": "ok"}
     not_ready = client.get("/readyz")  # no consumer in this app: never caught up
     assert not_ready.status_code == 503
@@ -235,6 +236,7 @@ def test_status_health_and_metrics(client: TestClient) -> None:
     assert client.get("/readyz").json() == {"status": "ready"}
     metrics = client.get("/metrics").text
     assert "lambdaline_batch_version 1.0" in metrics
+    assert "lambdaline_speed_records_rejected 0.0" in metrics
     assert (
         'lambdaline_http_request_duration_seconds_count{method="GET",route="/v1/status",status="200"} 1.0'
         in metrics

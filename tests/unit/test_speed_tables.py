@@ -7,7 +7,9 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from serving.speed_tables import SpeedTables
+import pytest
+
+from serving.speed_tables import BadSpeedRecordError, SpeedTables
 
 
 def record(window: str, count: int, toll: str, batch_id: int) -> tuple[bytes, bytes]:
@@ -42,3 +44,57 @@ def test_latest_batch_wins_and_an_older_replay_is_ignored() -> None:
         (datetime(2026, 1, 5, 6), 3, Decimal("7.50"), 2),
         (datetime(2026, 1, 5, 10), 4, Decimal("10.00"), 4),
     ]
+
+
+def with_field(name: str, value: Any) -> bytes:
+    fields = json.loads(record("2026-01-05T07:00:00.000Z", 1, "1.00", 1)[1])
+    return json.dumps({**fields, name: value}).encode()
+
+
+def test_records_that_are_not_rows_are_skipped_with_a_reason_and_the_rest_applied() -> None:
+    tables = SpeedTables()
+    good = record("2026-01-05T06:00:00.000Z", 3, "7.50", 2)
+    without_count = json.loads(good[1])
+    del without_count["vehicle_count"]
+    bad: list[tuple[bytes | None, bytes | None]] = [
+        (b"k1", b"{not json"),
+        (b"k2", None),  # a tombstone
+        (b"k3", json.dumps(without_count).encode()),
+        (b"k4", with_field("vehicle_count", "three")),
+        (b"k5", with_field("vehicle_count", True)),
+        (b"k6", with_field("vehicle_count", 2.5)),
+        (b"k7", with_field("window_start", "yesterday")),
+        (b"k8", with_field("total_toll", "NaN")),
+        (b"k9", with_field("booth_id", None)),
+        (b"k10", b"[1, 2]"),
+        (None, good[1]),
+        (b"k12", with_field("batch_id", "7")),
+    ]
+    reasons: dict[int, str] = {}
+
+    changed = tables.apply("booth_stats", [good, *bad], lambda n, why: reasons.update({n: why}))
+
+    assert changed == 1 and rows(tables) == [(datetime(2026, 1, 5, 6), 3, Decimal("7.50"), 2)]
+    assert tables.rejected == len(bad) == 12
+    assert sorted(reasons) == list(range(1, 13))  # positions in the records given
+    expected = {
+        1: "Expecting property name", 2: "no value (a tombstone)", 3: "no vehicle_count",
+        4: 'vehicle_count is "three", not a BIGINT', 5: "vehicle_count is true, not a BIGINT",
+        6: "vehicle_count is 2.5, not a BIGINT", 7: 'window_start is "yesterday", not a TIMESTAMP',
+        8: 'total_toll is "NaN", not a DECIMAL(18,2)', 9: "booth_id is null, not a VARCHAR",
+        10: "the value is list, not a JSON object", 11: "no key",
+        12: 'batch_id is "7", not a BIGINT',
+    }  # fmt: skip
+    for position, words in expected.items():
+        assert words in reasons[position], (position, reasons[position])
+
+
+def test_a_progress_record_that_is_not_a_report_is_refused() -> None:
+    tables = SpeedTables()
+    for raw in (b"{", b"[]", b'{"watermark": "2026-01-05T06:00:00.000Z"}', None,
+                b'{"query": "speed.booth_stats", "watermark": "soon"}'):  # fmt: skip
+        with pytest.raises(BadSpeedRecordError, match="not a progress report"):
+            tables.note_progress(raw)
+    assert tables.rejected == 5 and tables.watermark is None
+    tables.note_progress(b'{"query": "speed.booth_stats", "watermark": "2026-01-05T06:00:00.000Z"}')
+    assert tables.watermark == datetime(2026, 1, 5, 6)
