@@ -49,10 +49,13 @@ def _field(name: str, sql_type: str, field: Any) -> Any:
             return stored_instant(field)
         if sql_type.startswith("DECIMAL") and isinstance(field, str | int | float):
             amount = Decimal(str(field))
-            if amount.is_finite():
+            precision, scale = (int(n) for n in sql_type[8 : sql_type.index(")")].split(","))
+            if amount.is_finite() and abs(amount) < 10 ** (precision - scale):
                 return amount
         if sql_type.startswith(("BIGINT", "INTEGER")) and isinstance(field, int):
-            return field
+            bits = 63 if sql_type.startswith("BIGINT") else 31
+            if -(2**bits) <= field < 2**bits:
+                return field
         if sql_type.startswith("DOUBLE") and isinstance(field, int | float):
             return float(field)
         if sql_type.startswith("VARCHAR") and isinstance(field, str):

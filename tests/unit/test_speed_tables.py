@@ -69,21 +69,26 @@ def test_records_that_are_not_rows_are_skipped_with_a_reason_and_the_rest_applie
         (b"k10", b"[1, 2]"),
         (None, good[1]),
         (b"k12", with_field("batch_id", "7")),
+        (b"k13", with_field("total_toll", 10**16)),  # DECIMAL(18,2) holds 16 integer digits
+        (b"k14", with_field("vehicle_count", 2**63)),
     ]
     reasons: dict[int, str] = {}
 
     changed = tables.apply("booth_stats", [good, *bad], lambda n, why: reasons.update({n: why}))
 
     assert changed == 1 and rows(tables) == [(datetime(2026, 1, 5, 6), 3, Decimal("7.50"), 2)]
-    assert tables.rejected == len(bad) == 12
-    assert sorted(reasons) == list(range(1, 13))  # positions in the records given
+    largest = record("2026-01-05T08:00:00.000Z", 2**63 - 1, "9999999999999999.99", 3)
+    assert tables.apply("booth_stats", [largest]) == 1  # the bounds themselves are rows
+    assert tables.rejected == len(bad) == 14
+    assert sorted(reasons) == list(range(1, 15))  # positions in the records given
     expected = {
         1: "Expecting property name", 2: "no value (a tombstone)", 3: "no vehicle_count",
         4: 'vehicle_count is "three", not a BIGINT', 5: "vehicle_count is true, not a BIGINT",
         6: "vehicle_count is 2.5, not a BIGINT", 7: 'window_start is "yesterday", not a TIMESTAMP',
         8: 'total_toll is "NaN", not a DECIMAL(18,2)', 9: "booth_id is null, not a VARCHAR",
         10: "the value is list, not a JSON object", 11: "no key",
-        12: 'batch_id is "7", not a BIGINT',
+        12: 'batch_id is "7", not a BIGINT', 13: "total_toll is 10000000000000000, not a DECIMAL",
+        14: "vehicle_count is 9223372036854775808, not a BIGINT",
     }  # fmt: skip
     for position, words in expected.items():
         assert words in reasons[position], (position, reasons[position])
