@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from decimal import Decimal
+from functools import partial
 from typing import Any
 
 import duckdb
@@ -40,57 +41,45 @@ class BadSpeedRecordError(ValueError):
     """A speed-store record that is not a row of its view; the message says what is wrong."""
 
 
+def _within(bound: int | Decimal, number: Any) -> Any:
+    if not -bound < number < bound:
+        raise ValueError
+    return number
+
+
+def _decimal(limit: Decimal, field: Any) -> Decimal:
+    number = Decimal(str(field))
+    if not number.is_finite():
+        raise ValueError
+    return _within(limit, number)  # type: ignore[no-any-return]
+
+
 def _converter(sql_type: str) -> Callable[[Any], Any]:
     """A column's JSON value -> the value it holds; raises ValueError (or an
-    ArithmeticError) for one it cannot hold. ``type(...) is`` keeps bool out of
-    the numbers and is the fast check: this runs for every field the API reads."""
+    ArithmeticError) for one it cannot hold. It runs for every field the API
+    reads, so it is built once per column; ``type(...) in`` keeps bool out of
+    the numbers."""
     kind = sql_type.split("(")[0].split()[0]
-    if kind == "TIMESTAMP":
-
-        def instant(field: Any) -> Any:
-            if type(field) is not str:
-                raise ValueError
-            return stored_instant(field)
-
-        return instant
+    accepted: tuple[type, ...]
+    read: Callable[[Any], Any]
     if kind == "DECIMAL":
         precision, scale = (int(n) for n in sql_type[8 : sql_type.index(")")].split(","))
-        limit = Decimal(10) ** (precision - scale)
+        accepted, read = (str, int, float), partial(_decimal, Decimal(10) ** (precision - scale))
+    elif kind in ("BIGINT", "INTEGER"):  # symmetric bounds: -2**(n-1) itself is refused too
+        accepted, read = (int,), partial(_within, 2**63 if kind == "BIGINT" else 2**31)
+    else:
+        readers: dict[str, tuple[tuple[type, ...], Callable[[Any], Any]]] = {
+            "TIMESTAMP": ((str,), stored_instant), "DOUBLE": ((int, float), float),
+            "VARCHAR": ((str,), str),
+        }  # fmt: skip
+        accepted, read = readers[kind]
 
-        def amount(field: Any) -> Any:
-            if type(field) not in (str, int, float):
-                raise ValueError
-            number = Decimal(str(field))
-            if not (number.is_finite() and abs(number) < limit):
-                raise ValueError
-            return number
-
-        return amount
-    if kind in ("BIGINT", "INTEGER"):
-        bound = 2**63 if kind == "BIGINT" else 2**31
-
-        def integer(field: Any) -> Any:
-            if type(field) is not int or not -bound <= field < bound:
-                raise ValueError
-            return field
-
-        return integer
-    if kind == "DOUBLE":
-
-        def double(field: Any) -> Any:
-            if type(field) not in (int, float):
-                raise ValueError
-            return float(field)
-
-        return double
-    assert kind == "VARCHAR", f"no JSON reading for {sql_type}"
-
-    def text(field: Any) -> Any:
-        if type(field) is not str:
+    def convert(field: Any) -> Any:
+        if type(field) not in accepted:
             raise ValueError
-        return field
+        return read(field)
 
-    return text
+    return convert
 
 
 _COLUMNS = {
