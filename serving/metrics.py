@@ -38,7 +38,12 @@ class Metrics:
         )
         self.speed_lag = Gauge(
             "lambdaline_speed_lag_records",
-            "speed-store records known at start not read yet",
+            "speed-store records on the broker not read yet (-1: not connected yet)",
+            registry=self.registry,
+        )
+        self.speed_consumer_up = Gauge(
+            "lambdaline_speed_consumer_up",
+            "1 while the speed-store consumer follows Kafka, 0 while it retries (see /v1/status)",
             registry=self.registry,
         )
         self.cache_responses = Counter(
@@ -104,6 +109,7 @@ def metrics_endpoint(request: Request) -> Response:
     consumer = state.speed_consumer
     lag = consumer.lag if consumer is not None else None
     metrics.speed_lag.set(lag if lag is not None else -1)
+    metrics.speed_consumer_up.set(consumer is not None and consumer.following)
     with state.batch_reader.snapshot() as snapshot:
         metrics.cache_bytes.set(snapshot.cache.bytes if snapshot is not None else 0)
     watermark = state.speed_tables.watermark

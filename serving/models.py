@@ -85,7 +85,8 @@ class StatusResponse(BaseModel):
     batch_row_counts: dict[str, int]
     speed_watermark: Instant | None
     speed_lag_records: int | None = Field(
-        description="speed-store records known at start that this process has not read yet"
+        description="speed-store records on the broker this process has not read yet "
+        "(until caught up, of those there at its start; then asked for every 5 s)"
     )
     speed_caught_up: bool
     speed_row_counts: dict[str, int]

@@ -4,6 +4,13 @@ It reads every partition of the ``speed.<view>`` topics and ``speed.progress``
 from the beginning (no consumer group: each API process materialises the whole
 store), notes the end offsets it saw at start, and is *caught up* once it has
 read up to them; ``/readyz`` waits for that.
+
+A poll does not fail when the broker goes away: kafka-python reconnects in the
+background and returns nothing. So every ``END_OFFSETS_EVERY_S`` the consumer
+asks for the end offsets. That keeps the lag (records on the broker not read yet)
+true after catching up, and an unanswered request is the sign that the broker
+was lost: it becomes the consumer's error, and the next attempt resumes from the
+positions read so far.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from functools import partial
 
 from kafka import KafkaConsumer, TopicPartition
 from kafka.consumer.fetcher import ConsumerRecord
+from kafka.errors import KafkaTimeoutError
 
 from serving.speed_tables import BadSpeedRecordError, SpeedTables
 from shared.kafka_admin import kafka_consumer
@@ -31,12 +39,18 @@ kafka-python's default (30 s) left a server started without Kafka silent for
 half a minute; the API serves batch answers meanwhile, and ``/readyz`` says why
 it is not ready."""
 RETRY_S = 2.0
+END_OFFSETS_EVERY_S = 5.0
+"""How often the end offsets are asked for: the lag's age, and how soon a lost broker shows."""
 REJECTIONS_LOGGED = 20
 """Records skipped as not rows of their view that are logged one by one; the rest are counted."""
 
 
 class MissingTopicsError(Exception):
     """A speed-store topic the consumer must follow does not exist on the cluster."""
+
+
+class BrokerLostError(Exception):
+    """The cluster stopped answering a consumer that had reached it."""
 
 
 class SpeedConsumer:
@@ -49,11 +63,15 @@ class SpeedConsumer:
         self.progress_topic = settings.topics.speed_progress
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._start_ends: dict[TopicPartition, int] | None = None
+        self._ends: dict[TopicPartition, int] | None = None
+        """The latest end offsets known: those seen at start until caught up."""
         self._positions: dict[TopicPartition, int] = {}
         self.caught_up = threading.Event()
         self.records_read = 0
         self.error: str | None = None
+        """Why the last attempt to follow the cluster failed, until one succeeds."""
+        self.following = False
+        """Connected and reading (the end offsets answered); False while retrying."""
 
     def start(self) -> None:
         log_event(
@@ -70,12 +88,15 @@ class SpeedConsumer:
 
     @property
     def lag(self) -> int | None:
-        """Records known at start not read yet (0 once caught up; None before connecting)."""
-        if self._start_ends is None:
+        """Records on the broker not read yet (None before connecting).
+
+        Until caught up, counted against the end offsets seen at start; after
+        that, against the latest asked for (at most ``END_OFFSETS_EVERY_S`` old).
+        """
+        if self._ends is None:
             return None
         return sum(
-            max(0, end - self._positions.get(partition, 0))
-            for partition, end in self._start_ends.items()
+            max(0, end - self._positions.get(partition, 0)) for partition, end in self._ends.items()
         )
 
     def _consumer(self) -> KafkaConsumer:
@@ -84,6 +105,8 @@ class SpeedConsumer:
             client_id="lambdaline-serving",
             group_id=None,
             enable_auto_commit=False,
+            # resuming at a position retention has since deleted: the earliest record kept
+            auto_offset_reset="earliest",
             bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS,
         )
 
@@ -92,6 +115,7 @@ class SpeedConsumer:
             try:
                 self._follow()
             except Exception as error:  # keep serving, retry, and say why (once per cause)
+                self.following = False
                 text, name = str(error), type(error).__name__
                 message = text if text.startswith(name) else f"{name}: {text}"
                 if message != self.error:
@@ -118,13 +142,25 @@ class SpeedConsumer:
                 for number in numbers
             ]
             consumer.assign(partitions)
-            consumer.seek_to_beginning(*partitions)
-            if self._start_ends is None:
-                self._start_ends = dict(consumer.end_offsets(partitions))
+            for partition in partitions:  # after a lost connection, on from where it was
+                if partition in self._positions:
+                    consumer.seek(partition, self._positions[partition])
+                else:
+                    consumer.seek_to_beginning(partition)
+            if self._ends is None:
+                self._ends = self._end_offsets(consumer, partitions)
             if self.error is not None:
                 log_event(logger, "speed_consumer_recovered", after=self.error)
                 self.error = None
+            self.following = True
+            asked = time.monotonic()
             while not self._stop.is_set():
+                if time.monotonic() - asked >= END_OFFSETS_EVERY_S:
+                    ends = self._end_offsets(consumer, partitions)  # raises if the broker is lost
+                    if self.caught_up.is_set():
+                        self._note_positions(consumer, partitions)
+                        self._ends = ends
+                    asked = time.monotonic()
                 batches = consumer.poll(timeout_ms=200, max_records=5000)
                 for partition, records in batches.items():
                     if partition.topic == self.progress_topic:
@@ -140,17 +176,31 @@ class SpeedConsumer:
                     self._positions[partition] = records[-1].offset + 1
                     self.records_read += len(records)
                 if not self.caught_up.is_set():
-                    # the consumer's own position: a partition whose records retention
-                    # deleted (or compaction thinned) starts at its end, not at 0
-                    for partition in partitions:
-                        self._positions[partition] = max(
-                            self._positions.get(partition, 0), consumer.position(partition)
-                        )
+                    self._note_positions(consumer, partitions)
                 if not self.caught_up.is_set() and self.lag == 0:
                     self.caught_up.set()
                     log_event(logger, "speed_store_caught_up", records=self.records_read)
         finally:
             consumer.close()
+
+    def _note_positions(self, consumer: KafkaConsumer, partitions: list[TopicPartition]) -> None:
+        """The consumer's own positions: a partition whose records retention deleted (or
+        compaction thinned) starts at, or skips to, a later offset than the last record read."""
+        for partition in partitions:
+            self._positions[partition] = max(
+                self._positions.get(partition, 0), consumer.position(partition)
+            )
+
+    def _end_offsets(
+        self, consumer: KafkaConsumer, partitions: list[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        try:
+            return dict(consumer.end_offsets(partitions, timeout_ms=BOOTSTRAP_TIMEOUT_MS))
+        except KafkaTimeoutError:
+            raise BrokerLostError(
+                f"Kafka at {self.settings.kafka_bootstrap} stopped answering (no end offsets in "
+                f"{BOOTSTRAP_TIMEOUT_MS / 1000:g} s); serving the speed rows read so far"
+            ) from None
 
     def _rejected_at(self, records: list[ConsumerRecord], position: int, why: str) -> None:
         self._rejected(records[position], why)

@@ -18,27 +18,32 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, date, datetime
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import duckdb
 import httpx
 import pytest
+from fastapi.testclient import TestClient
 from kafka import KafkaProducer
 from pyspark.sql import SparkSession
 from rich.console import Console
 
 from batch_layer.run import run_batch
+from lambdaline import kafka_broker
 from lambdaline.generator import GeneratorConfig, send_to_kafka
 from lambdaline.kafka_broker import free_port
 from lambdaline.topics import create_topics
+from serving.main import create_app
 from serving.speed_consumer import SpeedConsumer
 from serving.speed_tables import SpeedTables
 from shared.batch_store import STORE_TABLE_BY_NAME, read_current, version_file
 from shared.settings import Settings
 from speed_layer import job
+from tests.integration.conftest import broker_settings
 from tests.integration.helpers import (
     CLOSING_BOOTH,
     close_the_day,
@@ -247,3 +252,67 @@ def test_a_record_that_is_not_a_row_is_skipped_and_the_store_goes_on(
         assert stored == [("b1", 3)]
     finally:
         consumer.stop()
+
+
+def test_a_lost_broker_shows_and_the_consumer_resumes_where_it_was(tmp_path: Path) -> None:
+    """After catching up, the broker stops: /v1/status and /metrics say so within seconds;
+    once it is back, the consumer goes on from its positions (nothing read twice)."""
+    settings = broker_settings(tmp_path).model_copy(update={"api_keys": [KEY["X-API-Key"]]})
+    topic = f"{settings.topics.speed_prefix}booth_stats"
+
+    def send(booth: str) -> None:
+        row = {
+            "booth_id": booth, "window_start": "2026-01-05T06:00:00.000Z",
+            "window_end": "2026-01-05T06:05:00.000Z", "vehicle_count": 1, "total_toll": 2.5,
+            "first_entry_time": "2026-01-05T06:00:01.000Z",
+            "last_entry_time": "2026-01-05T06:00:01.000Z", "batch_id": 1,
+        }  # fmt: skip
+        producer = KafkaProducer(bootstrap_servers=settings.kafka_bootstrap)
+        try:
+            producer.send(topic, key=booth.encode(), value=json.dumps(row).encode())
+            producer.flush()
+        finally:
+            producer.close()
+
+    def until(what: Callable[[], bool], seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        while not what():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.2)
+        return True
+
+    def metric(client: TestClient, name: str) -> float:
+        lines = client.get("/metrics").text.splitlines()
+        return float(next(line.split()[1] for line in lines if line.startswith(f"{name} ")))
+
+    kafka_broker.start(settings)
+    try:
+        create_topics(settings)
+        send("b1")
+        app = create_app(settings)
+        with TestClient(app, headers=KEY) as client:
+            consumer: SpeedConsumer = app.state.speed_consumer
+            assert consumer.wait_caught_up(30), consumer.error
+            assert consumer.records_read == 1
+            assert metric(client, "lambdaline_speed_consumer_up") == 1
+
+            kafka_broker.stop(settings)
+            assert until(lambda: consumer.error is not None, 20)
+            status = client.get("/v1/status").json()
+            assert status["errors"] == [consumer.error]
+            assert "stopped answering" in consumer.error, consumer.error
+            assert metric(client, "lambdaline_speed_consumer_up") == 0
+            assert client.get("/readyz").status_code == 200  # the rows read are still served
+            assert status["speed_row_counts"]["booth_stats"] == 1
+
+            kafka_broker.start(settings)
+            assert until(lambda: consumer.error is None, 60), consumer.error
+            send("b2")
+            assert until(lambda: client.get("/v1/status").json()["speed_row_counts"][
+                "booth_stats"] == 2, 30)  # fmt: skip
+            assert consumer.records_read == 2  # b1 was not read again
+            assert until(lambda: client.get("/v1/status").json()["speed_lag_records"] == 0, 10)
+            assert metric(client, "lambdaline_speed_consumer_up") == 1
+    finally:
+        kafka_broker.stop(settings)
