@@ -18,6 +18,11 @@ directories of each application) under ``<state_dir>/spark-local`` instead of
 Spark deletes them when it stops, and what a killed run leaves goes with the
 state directory (``make clean``; a test's temporary directory). Set
 ``spark.local.dir`` in ``spark_conf``, or ``SPARK_LOCAL_DIRS``, to put it elsewhere.
+
+A local driver also logs as ``shared/spark-log4j2.properties`` says (Spark's
+defaults at WARN, without four warnings that ask nothing of
+the user), unless ``SPARK_SUBMIT_OPTS`` names a log4j2 file or ``SPARK_CONF_DIR``
+is set.
 """
 
 from __future__ import annotations
@@ -26,11 +31,15 @@ import os
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
 from shared.jvm import spark_kafka_jars
 from shared.settings import Settings
+
+DRIVER_LOG4J2 = Path(__file__).with_name("spark-log4j2.properties")
+"""A local driver's logging: Spark's defaults at WARN, less warnings that ask nothing."""
 
 
 def under_spark_submit() -> bool:
@@ -62,6 +71,8 @@ def spark_session(
             .config("spark.jars", jars)
             .config("spark.driver.memory", settings.spark_driver_memory)
         )
+        submit_options = os.environ.get("SPARK_SUBMIT_OPTS", "")
+        driver_options = [submit_options]
         if "spark.local.dir" not in config and "SPARK_LOCAL_DIRS" not in os.environ:
             # the environment variable, not spark.local.dir: Spark warns about that
             # setting on every start (a cluster manager would override it). Spark
@@ -71,8 +82,10 @@ def spark_session(
             # the JVM's own temporary directory too: spark-submit makes one there
             # per application (empty), which a killed driver left in /tmp
             scratch.mkdir(parents=True, exist_ok=True)
-            options = [os.environ.get("SPARK_SUBMIT_OPTS", ""), f"-Djava.io.tmpdir={scratch}"]
-            launch_environment["SPARK_SUBMIT_OPTS"] = " ".join(filter(None, options))
+            driver_options.append(f"-Djava.io.tmpdir={scratch}")
+        if "log4j2.configurationFile" not in submit_options and "SPARK_CONF_DIR" not in os.environ:
+            driver_options.append(f"-Dlog4j2.configurationFile={DRIVER_LOG4J2}")
+        launch_environment["SPARK_SUBMIT_OPTS"] = " ".join(filter(None, driver_options))
     for key, value in config.items():
         builder = builder.config(key, value)
     sql_settings = {

@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from shared.spark_session import DRIVER_LOG4J2
+
 
 def test_a_local_driver_keeps_its_scratch_under_the_state_dir(
     spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
@@ -24,3 +26,17 @@ def test_a_local_driver_keeps_its_scratch_under_the_state_dir(
     assert any(found.name.startswith("blockmgr-") for found in local_dir.iterdir())
     # set only while the JVM started: processes started later do not inherit it
     assert "SPARK_LOCAL_DIRS" not in os.environ
+
+
+def test_a_local_driver_logs_without_the_warnings_that_ask_nothing(spark: SparkSession) -> None:
+    if "SPARK_CONF_DIR" in os.environ or "log4j2" in os.environ.get("SPARK_SUBMIT_OPTS", ""):
+        pytest.skip("this shell brings its own log4j2 configuration, and it wins")
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    assert jvm.java.lang.System.getProperty("log4j2.configurationFile") == str(DRIVER_LOG4J2)
+    logs = jvm.org.apache.logging.log4j.LogManager
+    quiet = "org.apache.spark.sql.execution.streaming.ResolveWriteToStream"
+    assert str(logs.getLogger(quiet).getLevel()) == "ERROR"
+    # its other warnings show (the test session's root logger is at ERROR)
+    state_store = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
+    assert str(logs.getLogger(state_store).getLevel()) == "WARN"
