@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Annotated
 
 import typer
 import uvicorn
 
+from serving.metrics import MULTIPROCESS_DIR
 from shared.logs import configure_logging
 from shared.settings import get_settings
 
@@ -25,7 +30,23 @@ def serve(
             "set it to a comma-separated list of keys",
             err=True,
         )
-    uvicorn.run(
-        "serving.main:create_app", factory=True, host=host, port=port, workers=workers,
-        log_level="info",
-    )  # fmt: skip
+    with _shared_metrics(workers):
+        uvicorn.run(
+            "serving.main:create_app", factory=True, host=host, port=port, workers=workers,
+            log_level="info",
+        )  # fmt: skip
+
+
+@contextmanager
+def _shared_metrics(workers: int) -> Iterator[None]:
+    """With several workers, prometheus_client's multiprocess mode in a directory of this
+    server's own (see ``serving.metrics``), removed when it stops; one given is used as is."""
+    if workers == 1 or os.environ.get(MULTIPROCESS_DIR):
+        yield
+        return
+    with tempfile.TemporaryDirectory(prefix="lambdaline-metrics-") as directory:
+        os.environ[MULTIPROCESS_DIR] = directory  # the workers, spawned later, inherit it
+        try:
+            yield
+        finally:
+            del os.environ[MULTIPROCESS_DIR]

@@ -7,13 +7,20 @@ speed-store consumer. Tests pass their own stores instead.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
 from serving.batch_reader import BatchReader
-from serving.metrics import LatencyMiddleware, Metrics
+from serving.metrics import (
+    LatencyMiddleware,
+    Metrics,
+    multiprocess_mode,
+    process_stopped,
+    refresh_gauges,
+)
 from serving.metrics import router as metrics_router
 from serving.routers import alerts, booths, diagnostics, status, vehicles
 from serving.speed_consumer import SpeedConsumer
@@ -40,12 +47,17 @@ def create_app(
         reader.start()
         if consumer is not None:
             consumer.start()
+        # one of several workers: its gauges must be current whichever worker a scrape reaches
+        refresher = asyncio.create_task(_refresh_gauges(app)) if multiprocess_mode() else None
         try:
             yield
         finally:
+            if refresher is not None:
+                refresher.cancel()
             if consumer is not None:
                 consumer.stop()
             reader.stop()
+            process_stopped()
 
     app = FastAPI(
         title="lambdaline",
@@ -64,3 +76,9 @@ def create_app(
     app.include_router(status.router)
     app.include_router(metrics_router)
     return app
+
+
+async def _refresh_gauges(app: FastAPI) -> None:
+    while True:
+        refresh_gauges(app)
+        await asyncio.sleep(1.0)

@@ -2,13 +2,23 @@
 
 Each app has its own registry (no process-global collectors), so tests and
 several apps in one process never collide.
+
+With several worker processes (``lambdaline serve --workers N``) a scrape
+reaches one of them, so each would show only its own share. ``lambdaline
+serve`` then runs prometheus_client's multiprocess mode: it sets
+``PROMETHEUS_MULTIPROC_DIR`` (a directory of its own) before the workers start,
+every worker writes its values there, and ``/metrics`` reads them all back:
+counters and histograms summed, each gauge combined as its ``multiprocess_mode``
+says. Each worker refreshes its gauges every second (:func:`refresh_gauges`),
+not only when it answers a scrape, and removes its live gauges when it stops.
 """
 
 from __future__ import annotations
 
+import os
 import time
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, FastAPI, Request, Response
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -16,10 +26,18 @@ from prometheus_client import (
     Gauge,
     Histogram,
     generate_latest,
+    multiprocess,
 )
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 router = APIRouter(tags=["status"])
+
+MULTIPROCESS_DIR = "PROMETHEUS_MULTIPROC_DIR"
+"""Set (before prometheus_client is imported) in every worker of a multi-process server."""
+
+
+def multiprocess_mode() -> bool:
+    return bool(os.environ.get(MULTIPROCESS_DIR))
 
 
 class Metrics:
@@ -30,39 +48,44 @@ class Metrics:
             ["method", "route", "status"], registry=self.registry,
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
         )  # fmt: skip
+        # with several workers: the lowest version and horizon any of them serves, the
+        # largest lag, 0 if any consumer is down, the earliest watermark
         self.batch_version = Gauge(
-            "lambdaline_batch_version", "served batch version (-1: none)", registry=self.registry
-        )
+            "lambdaline_batch_version", "served batch version (-1: none)",
+            registry=self.registry, multiprocess_mode="livemin",
+        )  # fmt: skip
         self.batch_horizon = Gauge(
-            "lambdaline_batch_horizon_seconds", "batch horizon, Unix time", registry=self.registry
-        )
+            "lambdaline_batch_horizon_seconds", "batch horizon, Unix time",
+            registry=self.registry, multiprocess_mode="livemin",
+        )  # fmt: skip
         self.speed_lag = Gauge(
             "lambdaline_speed_lag_records",
             "speed-store records on the broker not read yet (-1: not connected yet)",
-            registry=self.registry,
-        )
+            registry=self.registry, multiprocess_mode="livemax",
+        )  # fmt: skip
         self.speed_consumer_up = Gauge(
             "lambdaline_speed_consumer_up",
             "1 while the speed-store consumer follows Kafka, 0 while it retries (see /v1/status)",
-            registry=self.registry,
-        )
+            registry=self.registry, multiprocess_mode="livemin",
+        )  # fmt: skip
         self.cache_responses = Counter(
             "lambdaline_batch_cache_responses", "view responses by their X-Cache header",
             ["result"], registry=self.registry,
         )  # fmt: skip
         self.cache_bytes = Gauge(
-            "lambdaline_batch_cache_bytes", "encoded rows the served version's cache holds",
-            registry=self.registry,
+            "lambdaline_batch_cache_bytes",
+            "encoded rows the served version's cache holds (all workers' caches)",
+            registry=self.registry, multiprocess_mode="livesum",
         )  # fmt: skip
         self.speed_watermark = Gauge(
             "lambdaline_speed_watermark_seconds", "speed-layer watermark, Unix time",
-            registry=self.registry,
+            registry=self.registry, multiprocess_mode="livemin",
         )  # fmt: skip
         self.speed_rejected = Gauge(
             "lambdaline_speed_records_rejected",
             "speed-store records skipped as not rows of their view, since start",
-            registry=self.registry,
-        )
+            registry=self.registry, multiprocess_mode="livemax",
+        )  # fmt: skip
 
 
 class LatencyMiddleware:
@@ -98,10 +121,9 @@ class LatencyMiddleware:
             )
 
 
-@router.get("/metrics", response_class=Response)
-def metrics_endpoint(request: Request) -> Response:
-    """Prometheus text format."""
-    state = request.app.state
+def refresh_gauges(app: FastAPI) -> None:
+    """Set the gauges from this process's stores (they change without a request)."""
+    state = app.state
     metrics: Metrics = state.metrics
     version = state.batch_reader.version
     metrics.batch_version.set(version.version if version else -1)
@@ -115,4 +137,20 @@ def metrics_endpoint(request: Request) -> Response:
     watermark = state.speed_tables.watermark
     metrics.speed_watermark.set(watermark.timestamp() if watermark else 0)
     metrics.speed_rejected.set(state.speed_tables.rejected)
-    return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+def process_stopped() -> None:
+    """A worker of a multi-process server stops: its live gauges leave the combined values."""
+    if multiprocess_mode():
+        multiprocess.mark_process_dead(os.getpid())  # type: ignore[no-untyped-call]
+
+
+@router.get("/metrics", response_class=Response)
+def metrics_endpoint(request: Request) -> Response:
+    """Prometheus text format (every worker's values, with several workers)."""
+    refresh_gauges(request.app)
+    registry = request.app.state.metrics.registry
+    if multiprocess_mode():
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,89 @@
+"""`lambdaline serve --workers 2`: /metrics counts every worker's requests, whichever answers.
+
+A scrape reaches one worker; before the multiprocess mode each showed only the
+requests it had served itself. No Kafka listens (the API serves without it),
+and no batch version is published.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from lambdaline.kafka_broker import free_port
+
+pytestmark = [pytest.mark.e2e]
+
+REQUESTS = 30
+
+
+@pytest.fixture
+def two_workers(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    port = free_port()
+    env = {
+        **os.environ,
+        "LAMBDALINE_STATE_DIR": str(tmp_path / "state"),
+        "LAMBDALINE_KAFKA_BOOTSTRAP": f"127.0.0.1:{free_port()}",  # nothing listens
+        "LAMBDALINE_API_KEYS": "workers-key",
+        "TMPDIR": str(tmp_path),  # where the server keeps its metrics directory
+    }
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "lambdaline.cli", "serve", "--port", str(port), "--workers", "2"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+        yield process, f"http://127.0.0.1:{port}"
+    finally:
+        if process.poll() is None:  # the test failed before it stopped the server
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def samples(text: str) -> dict[str, float]:
+    """``name{labels} value`` lines of a Prometheus text page."""
+    found = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            found[name] = float(value)
+    return found
+
+
+def test_metrics_count_the_requests_of_every_worker(
+    two_workers: tuple[subprocess.Popen[bytes], str], tmp_path: Path
+) -> None:
+    server, base_url = two_workers
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"{base_url}/healthz").status_code == 200:
+                break
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline, "the server did not answer in 60 s"
+        time.sleep(0.2)
+    time.sleep(2)  # both workers up, each with its gauges written once
+    for _ in range(REQUESTS - 1):  # a connection each, so both workers take some
+        assert httpx.get(f"{base_url}/healthz").status_code == 200
+    healthz = (
+        'lambdaline_http_request_duration_seconds_count{method="GET",route="/healthz",status="200"}'
+    )
+    for _ in range(8):
+        page = samples(httpx.get(f"{base_url}/metrics").text)
+        assert page[healthz] == REQUESTS
+        assert page["lambdaline_batch_version"] == -1  # none published, in either worker
+        assert page["lambdaline_speed_consumer_up"] == 0  # no Kafka
+    assert list(tmp_path.glob("lambdaline-metrics-*")), "the server's metrics directory"
+
+    os.killpg(server.pid, signal.SIGTERM)  # as Ctrl-C or a service manager stops it
+    assert server.wait(timeout=30) == 0
+    assert not list(tmp_path.glob("lambdaline-metrics-*")), "left behind"
