@@ -51,6 +51,7 @@ from batch_layer.publish import empty_store_tables, publish_version
 from lambdaline.bench.load import open_loop
 from lambdaline.bench.measure import cpu_seconds_of_tree, percentile
 from lambdaline.kafka_broker import ephemeral_broker, free_port
+from lambdaline.processes import wait_until_answers
 from lambdaline.topics import create_topics
 from shared.batch_store import version_file
 
@@ -242,16 +243,9 @@ def main() -> None:
         )  # fmt: skip
         try:
             base_url = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    if httpx.get(f"{base_url}/readyz").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                if time.monotonic() > deadline:
+            with httpx.Client(base_url=base_url) as client:
+                if not wait_until_answers(client, 60, process=server):
                     raise SystemExit("the server did not become ready in 60 s")
-                time.sleep(0.3)
             open_loop(port, API_KEY, booth_day, 50, 2)  # warm up
             if args.shapes:
                 time_shapes(base_url)

@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
+
 from shared.logs import log_event
 from shared.process_groups import GROUP_EXIT_GRACE_S, end_group
 
@@ -92,3 +94,24 @@ def log_tail(path: Path, lines: int = 15) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return ""
+
+
+def wait_until_answers(
+    client: httpx.Client,
+    seconds: float,
+    path: str = "/readyz",
+    process: subprocess.Popen[bytes] | None = None,
+) -> bool:
+    """Ask ``path`` until it answers 200 (True), ``seconds`` pass or ``process`` exits (False).
+
+    A server that is still starting refuses the connection; that is retried too.
+    """
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and (process is None or process.poll() is None):
+        try:
+            if client.get(path).status_code == 200:
+                return True
+        except httpx.TransportError:
+            pass
+        time.sleep(0.3)
+    return False

@@ -56,7 +56,7 @@ from lambdaline.bench.peer import peer_views
 from lambdaline.bench.report import write_charts, write_report
 from lambdaline.generator import GeneratorConfig, send_to_kafka
 from lambdaline.kafka_broker import ephemeral_broker, free_port
-from lambdaline.processes import Supervisor, log_tail
+from lambdaline.processes import Supervisor, log_tail, wait_until_answers
 from lambdaline.topics import create_topics
 from serving.speed_consumer import SpeedConsumer
 from serving.speed_tables import SpeedTables
@@ -344,15 +344,8 @@ class Bench:
             self.children.stop_all()
 
     def _wait_ready(self, client: httpx.Client, log: Path) -> None:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if client.get("/readyz").status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.3)
-        raise BenchError(f"the API did not become ready in 120 s:\n{log_tail(log)}")
+        if not wait_until_answers(client, 120):
+            raise BenchError(f"the API did not become ready in 120 s:\n{log_tail(log)}")
 
     def _load(self, port: int) -> None:
         days = [START.date() + timedelta(days=n) for n in range(DATA_DAYS)]

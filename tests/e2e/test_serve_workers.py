@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from lambdaline.kafka_broker import free_port
+from lambdaline.processes import wait_until_answers
 
 pytestmark = [pytest.mark.e2e]
 
@@ -62,15 +63,8 @@ def test_metrics_count_the_requests_of_every_worker(
     two_workers: tuple[subprocess.Popen[bytes], str], tmp_path: Path
 ) -> None:
     server, base_url = two_workers
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"{base_url}/healthz").status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        assert time.monotonic() < deadline, "the server did not answer in 60 s"
-        time.sleep(0.2)
+    with httpx.Client(base_url=base_url) as client:
+        assert wait_until_answers(client, 60, path="/healthz", process=server)
     time.sleep(2)  # both workers up, each with its gauges written once
     for _ in range(REQUESTS - 1):  # a connection each, so both workers take some
         assert httpx.get(f"{base_url}/healthz").status_code == 200

@@ -36,6 +36,7 @@ from batch_layer.run import run_batch
 from lambdaline import kafka_broker
 from lambdaline.generator import GeneratorConfig, send_to_kafka
 from lambdaline.kafka_broker import free_port
+from lambdaline.processes import wait_until_answers
 from lambdaline.topics import create_topics
 from serving.main import create_app
 from serving.speed_consumer import SpeedConsumer
@@ -92,16 +93,7 @@ def api(layers: tuple[Settings, Settings]) -> Iterator[httpx.Client]:
     )  # fmt: skip
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=KEY, timeout=30) as client:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    if client.get("/readyz").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                assert time.monotonic() < deadline, "the server never became ready"
-                assert server.poll() is None, "the server exited"
-                time.sleep(0.3)
+            assert wait_until_answers(client, 60, process=server), "the server never became ready"
             yield client
     finally:
         os.killpg(server.pid, signal.SIGTERM)
