@@ -187,9 +187,10 @@ class SpeedConsumer:
         """The consumer's own positions: a partition whose records retention deleted (or
         compaction thinned) starts at, or skips to, a later offset than the last record read."""
         for partition in partitions:
-            self._positions[partition] = max(
-                self._positions.get(partition, 0), consumer.position(partition)
-            )
+            # bounded: kafka-python waits without end for a position it must ask the broker for
+            position = consumer.position(partition, timeout_ms=BOOTSTRAP_TIMEOUT_MS)
+            if position is not None:
+                self._positions[partition] = max(self._positions.get(partition, 0), position)
 
     def _end_offsets(
         self, consumer: KafkaConsumer, partitions: list[TopicPartition]
