@@ -8,10 +8,13 @@ speed-store consumer. Tests pass their own stores instead.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
 
 from fastapi import FastAPI
+from starlette.concurrency import run_in_threadpool
 
 from serving.batch_reader import BatchReader
 from serving.metrics import (
@@ -22,10 +25,17 @@ from serving.metrics import (
     refresh_gauges,
 )
 from serving.metrics import router as metrics_router
+from serving.queries import naive_utc
 from serving.routers import alerts, booths, diagnostics, status, vehicles
 from serving.speed_consumer import SpeedConsumer
 from serving.speed_tables import SpeedTables
+from shared.logs import log_event
 from shared.settings import Settings, get_settings
+
+logger = logging.getLogger("lambdaline.serving")
+
+PRUNE_EVERY_S = 60.0
+"""How often the API deletes the speed rows it can no longer use (``_prune_speed_store``)."""
 
 
 def create_app(
@@ -47,13 +57,14 @@ def create_app(
         reader.start()
         if consumer is not None:
             consumer.start()
-        # one of several workers: its gauges must be current whichever worker a scrape reaches
-        refresher = asyncio.create_task(_refresh_gauges(app)) if multiprocess_mode() else None
+        tasks = [asyncio.create_task(_prune_speed_store(reader, tables, settings.speed_retention))]
+        if multiprocess_mode():  # its gauges must be current whichever worker a scrape reaches
+            tasks.append(asyncio.create_task(_refresh_gauges(app)))
         try:
             yield
         finally:
-            if refresher is not None:
-                refresher.cancel()
+            for task in tasks:
+                task.cancel()
             if consumer is not None:
                 consumer.stop()
             reader.stop()
@@ -82,3 +93,24 @@ async def _refresh_gauges(app: FastAPI) -> None:
     while True:
         refresh_gauges(app)
         await asyncio.sleep(1.0)
+
+
+async def _prune_speed_store(
+    reader: BatchReader, tables: SpeedTables, retention: timedelta
+) -> None:
+    """Keep the speed store bounded: every ``PRUNE_EVERY_S``, delete the speed rows
+    before H - ``retention`` (H: the served batch horizon; nothing without a version).
+
+    Rows below H are never served from the speed store (the merge rule), so only a
+    rollback could want them, and the speed topics themselves keep no more than
+    ``retention``: a process started now would not hold them either. Without this, a
+    long-running API kept every speed row it ever read.
+    """
+    while True:
+        version = reader.version
+        if version is not None:
+            before = naive_utc(version.horizon - retention)
+            deleted = await run_in_threadpool(tables.prune, before)
+            if any(deleted.values()):
+                log_event(logger, "speed_rows_pruned", before=before, rows=deleted)
+        await asyncio.sleep(PRUNE_EVERY_S)

@@ -372,3 +372,31 @@ def test_a_version_that_cannot_be_opened_keeps_the_held_one_and_says_why_once(
     assert reader.error is None
     assert reader.version.version == 1
     reader.stop()
+
+
+def test_the_api_deletes_speed_rows_older_than_the_horizon_less_the_speed_retention(
+    tmp_path: Path,
+) -> None:
+    settings = Settings(state_dir=tmp_path, api_keys=["test-key"])  # speed_retention: 3 days
+    publish_batch(settings.batch_store)  # horizon 2026-01-06T00:00Z
+    tables = SpeedTables()
+    tables.apply("booth_stats", [
+        speed_record(speed_booth("b1", "2026-01-02T23:55", 1, 1.0), 1),  # before H - 3 days
+        speed_record(speed_booth("b1", "2026-01-03T00:00", 2, 2.0), 1),
+        speed_record(speed_booth("b1", "2026-01-06T00:00", 3, 3.0), 1),
+    ])  # fmt: skip
+
+    def starts() -> list[datetime]:
+        cursor = tables.cursor()
+        try:
+            found = cursor.execute("SELECT window_start FROM booth_stats ORDER BY 1").fetchall()
+        finally:
+            cursor.close()
+        return [start for (start,) in found]
+
+    app = create_app(settings, BatchReader(settings.batch_store, poll_s=0.01), tables, False)
+    with TestClient(app):
+        deadline = time.monotonic() + 10
+        while len(starts()) == 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert starts() == [datetime(2026, 1, 3), datetime(2026, 1, 6)]

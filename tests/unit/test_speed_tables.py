@@ -46,6 +46,35 @@ def test_latest_batch_wins_and_an_older_replay_is_ignored() -> None:
     ]
 
 
+def test_an_equal_batch_replaces_and_a_newer_one_after_an_older_poll_wins() -> None:
+    tables = SpeedTables()
+    six = "2026-01-05T06:00:00.000Z"
+    assert tables.apply("booth_stats", [record(six, 3, "7.50", 2)]) == 1
+    assert tables.apply("booth_stats", [record(six, 5, "9.00", 2)]) == 1  # batch 2 replayed
+    assert tables.apply("booth_stats", [record(six, 6, "9.50", 3)]) == 1
+    assert rows(tables) == [(datetime(2026, 1, 5, 6), 6, Decimal("9.50"), 3)]
+
+
+def test_prune_deletes_the_rows_before_the_bound_in_every_view() -> None:
+    tables = SpeedTables()
+    tables.apply("booth_stats", [
+        record("2026-01-05T06:00:00.000Z", 3, "7.50", 1),
+        record("2026-01-06T23:55:00.000Z", 1, "2.50", 1),
+        record("2026-01-07T00:00:00.000Z", 2, "5.00", 1),  # at the bound: kept
+    ])  # fmt: skip
+    trip = {
+        "booth_id": "b1", "license_plate": "P1", "entry_time": "2026-01-06T08:00:00.000Z",
+        "exit_time": "2026-01-07T08:05:00.000Z", "duration_seconds": 300.0, "batch_id": 1,
+    }  # fmt: skip
+    tables.apply("vehicle_trips", [(b"t1", json.dumps(trip).encode())])
+    deleted = tables.prune(datetime(2026, 1, 7))
+    assert deleted == {
+        "booth_stats": 2, "vehicle_trips": 1, "expired_registrations": 0, "diagnostics": 0,
+    }  # fmt: skip
+    assert rows(tables) == [(datetime(2026, 1, 7), 2, Decimal("5.00"), 1)]
+    assert tables.prune(datetime(2026, 1, 7)) == dict.fromkeys(deleted, 0)
+
+
 def with_field(name: str, value: Any) -> bytes:
     fields = json.loads(record("2026-01-05T07:00:00.000Z", 1, "1.00", 1)[1])
     return json.dumps({**fields, name: value}).encode()
