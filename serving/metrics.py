@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import time
+from functools import partial
 
 from fastapi import APIRouter, FastAPI, Request, Response
 from prometheus_client import (
@@ -48,43 +49,44 @@ class Metrics:
             ["method", "route", "status"], registry=self.registry,
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
         )  # fmt: skip
-        # with several workers: the lowest version and horizon any of them serves, the
-        # largest lag, 0 if any consumer is down, the earliest watermark
-        self.batch_version = Gauge(
-            "lambdaline_batch_version", "served batch version (-1: none)",
-            registry=self.registry, multiprocess_mode="livemin",
-        )  # fmt: skip
-        self.batch_horizon = Gauge(
-            "lambdaline_batch_horizon_seconds", "batch horizon, Unix time",
-            registry=self.registry, multiprocess_mode="livemin",
-        )  # fmt: skip
-        self.speed_lag = Gauge(
-            "lambdaline_speed_lag_records",
-            "speed-store records on the broker not read yet (-1: not connected yet)",
-            registry=self.registry, multiprocess_mode="livemax",
-        )  # fmt: skip
-        self.speed_consumer_up = Gauge(
-            "lambdaline_speed_consumer_up",
-            "1 while the speed-store consumer follows Kafka, 0 while it retries (see /v1/status)",
-            registry=self.registry, multiprocess_mode="livemin",
-        )  # fmt: skip
         self.cache_responses = Counter(
             "lambdaline_batch_cache_responses", "view responses by their X-Cache header",
             ["result"], registry=self.registry,
         )  # fmt: skip
-        self.cache_bytes = Gauge(
+        # with several workers (the last argument): the lowest version and horizon any of
+        # them serves, the largest lag, 0 if any consumer is down, the earliest watermark
+        gauge = partial(Gauge, registry=self.registry)
+        self.batch_version = gauge(
+            "lambdaline_batch_version", "served batch version (-1: none)",
+            multiprocess_mode="livemin",
+        )  # fmt: skip
+        self.batch_horizon = gauge(
+            "lambdaline_batch_horizon_seconds", "batch horizon, Unix time",
+            multiprocess_mode="livemin",
+        )  # fmt: skip
+        self.speed_lag = gauge(
+            "lambdaline_speed_lag_records",
+            "speed-store records on the broker not read yet (-1: not connected yet)",
+            multiprocess_mode="livemax",
+        )  # fmt: skip
+        self.speed_consumer_up = gauge(
+            "lambdaline_speed_consumer_up",
+            "1 while the speed-store consumer follows Kafka, 0 while it retries (see /v1/status)",
+            multiprocess_mode="livemin",
+        )  # fmt: skip
+        self.cache_bytes = gauge(
             "lambdaline_batch_cache_bytes",
             "encoded rows the served version's cache holds (all workers' caches)",
-            registry=self.registry, multiprocess_mode="livesum",
+            multiprocess_mode="livesum",
         )  # fmt: skip
-        self.speed_watermark = Gauge(
+        self.speed_watermark = gauge(
             "lambdaline_speed_watermark_seconds", "speed-layer watermark, Unix time",
-            registry=self.registry, multiprocess_mode="livemin",
+            multiprocess_mode="livemin",
         )  # fmt: skip
-        self.speed_rejected = Gauge(
+        self.speed_rejected = gauge(
             "lambdaline_speed_records_rejected",
             "speed-store records skipped as not rows of their view, since start",
-            registry=self.registry, multiprocess_mode="livemax",
+            multiprocess_mode="livemax",
         )  # fmt: skip
 
 
