@@ -32,6 +32,8 @@ from shared.spark_session import spark_session
 logger = logging.getLogger("lambdaline.batch")
 
 
+JVM_OPTIONS = "-XX:+UseParallelGC -XX:-DontCompileHugeMethods"
+
 BATCH_SPARK_CONF: dict[str, str] = {
     # one sort per deduplication instead of two: Spark 3.5+ puts a partial
     # WindowGroupLimit (a sort of every input row) before the shuffle, which only
@@ -46,9 +48,11 @@ BATCH_SPARK_CONF: dict[str, str] = {
     # compressing their in-memory columns costs more CPU than it saves
     "spark.sql.inMemoryColumnarStorage.compressed": "false",
     # a throughput collector for a job that ends: G1's concurrent work competes
-    # with the tasks for the cores (local mode: the driver is the executor)
-    "spark.driver.extraJavaOptions": "-XX:+UseParallelGC",
-    "spark.executor.extraJavaOptions": "-XX:+UseParallelGC",
+    # with the tasks for the cores (local mode: the driver is the executor); and
+    # JIT-compile generated methods over 8,000 bytes of bytecode, which HotSpot
+    # otherwise interprets for good: the validation stage's is ~15,000
+    "spark.driver.extraJavaOptions": JVM_OPTIONS,
+    "spark.executor.extraJavaOptions": JVM_OPTIONS,
 }
 """The batch job's Spark tuning; measured in docs/architecture.md ("Where the time goes").
 The ``spark_conf`` setting overrides any of it."""
