@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
 
+import duckdb
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
@@ -110,7 +111,11 @@ async def _prune_speed_store(
         version = reader.version
         if version is not None:
             before = naive_utc(version.horizon - retention)
-            deleted = await run_in_threadpool(tables.prune, before)
-            if any(deleted.values()):
-                log_event(logger, "speed_rows_pruned", before=before, rows=deleted)
+            try:
+                deleted = await run_in_threadpool(tables.prune, before)
+            except duckdb.Error as error:  # the store keeps serving; say why, try again later
+                log_event(logger, "speed_prune_failed", before=before, error=str(error))
+            else:
+                if any(deleted.values()):
+                    log_event(logger, "speed_rows_pruned", before=before, rows=deleted)
         await asyncio.sleep(PRUNE_EVERY_S)
