@@ -12,13 +12,15 @@ from __future__ import annotations
 import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Annotated
+from datetime import UTC, datetime
+from typing import Annotated, Any
 
-from fastapi import Depends, HTTPException, Query, Request, Security
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, Security
+from fastapi.exceptions import RequestValidationError
 from fastapi.security import APIKeyHeader
 
 from serving.batch_reader import BatchReader, BatchSnapshot
+from serving.models import Problem
 from serving.speed_consumer import SpeedConsumer
 from serving.speed_tables import SpeedTables
 from shared.settings import Settings
@@ -81,9 +83,26 @@ async def require_api_key(
         raise HTTPException(401, detail="missing or unknown X-API-Key")
 
 
+def keyed_router(prefix: str, tag: str) -> APIRouter:
+    """A router of /v1 routes: each needs the API key, and its OpenAPI says so (401)."""
+    return APIRouter(
+        prefix=prefix,
+        tags=[tag],
+        dependencies=[Depends(require_api_key)],
+        responses={401: {"model": Problem, "description": "X-API-Key missing or unknown"}},
+    )
+
+
+def invalid_query(name: str, value: Any, message: str) -> RequestValidationError:
+    """A 422 of the same shape as FastAPI's own (the one /docs documents): one list of
+    ``{type, loc, msg, input}``, whether pydantic or a rule of ours found the fault."""
+    error = {"type": "value_error", "loc": ("query", name), "msg": message, "input": value}
+    return RequestValidationError([error])
+
+
 @dataclass(frozen=True)
 class TimeRange:
-    """``from`` and ``to``: ISO-8601 instants with a zone, from <= to; rows in [from, to)."""
+    """``from`` and ``to`` in UTC (given with any zone), from <= to; rows in [from, to)."""
 
     start: datetime
     end: datetime
@@ -95,14 +114,21 @@ async def time_range(
 ) -> TimeRange:
     """The request's ``from``/``to`` (a function, not a class dependency: FastAPI runs a
     class's ``__init__`` in the thread pool, a thread hop per request for no I/O)."""
+    instants = []
     for name, moment in (("from", start), ("to", end)):
         if moment.tzinfo is None:
-            raise HTTPException(
-                422, detail=f"{name} must carry a time zone, e.g. 2026-01-05T00:00:00Z"
+            raise invalid_query(
+                name, moment.isoformat(), "must carry a time zone, e.g. 2026-01-05T00:00:00Z"
             )
-    if start > end:
-        raise HTTPException(422, detail="from must not be after to")
-    return TimeRange(start, end)
+        try:
+            instants.append(moment.astimezone(UTC))
+        except OverflowError:  # e.g. 0001-01-01T00:00:00+01:00 is in year 0 in UTC
+            raise invalid_query(
+                name, moment.isoformat(), "must lie in the years 1 to 9999 in UTC"
+            ) from None
+    if start > end:  # aware instants compare as instants, whatever their zones
+        raise invalid_query("to", end.isoformat(), "must not be before from")
+    return TimeRange(*instants)
 
 
 TimeRangeDep = Annotated[TimeRange, Depends(time_range)]

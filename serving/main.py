@@ -83,7 +83,7 @@ def create_app(
     app.state.speed_consumer = consumer
     app.state.metrics = Metrics()
     app.add_middleware(LatencyMiddleware, metrics=app.state.metrics)
-    for router in (booths.router, vehicles.router, alerts.router, diagnostics.router):
+    for router in (booths.router, vehicles.router, alerts.router, diagnostics.router, status.keyed):
         app.include_router(router)
     app.include_router(status.router)
     app.include_router(metrics_router)

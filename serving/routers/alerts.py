@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query, Response
+from fastapi import Query, Response
 
-from serving.deps import BatchDep, Limit, SpeedDep, TimeRangeDep, require_api_key
+from serving.deps import BatchDep, Limit, SpeedDep, TimeRangeDep, keyed_router
 from serving.models import ExpiredRegistrationRow, ViewResponse
 from serving.queries import ViewQuery
 from serving.responses import view_response, view_rows
 
-router = APIRouter(prefix="/v1/alerts", tags=["alerts"], dependencies=[Depends(require_api_key)])
+router = keyed_router("/v1/alerts", "alerts")
 
 
 @router.get("/expired-registrations", response_model=ViewResponse[ExpiredRegistrationRow])

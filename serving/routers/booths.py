@@ -5,15 +5,23 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Response
+from fastapi import HTTPException, Query, Response
 from starlette.concurrency import run_in_threadpool
 
-from serving.deps import BatchDep, Limit, SettingsDep, SpeedDep, TimeRangeDep, require_api_key
+from serving.deps import (
+    BatchDep,
+    Limit,
+    SettingsDep,
+    SpeedDep,
+    TimeRangeDep,
+    invalid_query,
+    keyed_router,
+)
 from serving.models import BoothStatsRow, Problem, ViewResponse
 from serving.queries import ViewQuery, booth_known
 from serving.responses import view_response, view_rows
 
-router = APIRouter(prefix="/v1", tags=["booth stats"], dependencies=[Depends(require_api_key)])
+router = keyed_router("/v1", "booth stats")
 
 Granularity = Literal["5m", "1h", "1d"]
 GRANULARITIES = {"5m": timedelta(minutes=5), "1h": timedelta(hours=1), "1d": timedelta(days=1)}
@@ -31,9 +39,8 @@ async def _stats(
 ) -> Response:
     size = GRANULARITIES[granularity]
     if size < settings.window or size % settings.window:
-        raise HTTPException(
-            422,
-            detail=f"granularity {granularity} is not a multiple of the window {settings.window}",
+        raise invalid_query(
+            "granularity", granularity, f"must be a multiple of the window {settings.window}"
         )
     filters = {"booth_id": booth_id} if booth_id is not None else {}
     query = ViewQuery("booth_stats", time_range.start, time_range.end, filters, limit)

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Response
+from fastapi import Response
 
-from serving.deps import BatchDep, Limit, SpeedDep, TimeRangeDep, require_api_key
+from serving.deps import BatchDep, Limit, SpeedDep, TimeRangeDep, keyed_router
 from serving.models import DiagnosticRow, ViewResponse
 from serving.queries import ViewQuery
 from serving.responses import view_response, view_rows
 
-router = APIRouter(prefix="/v1", tags=["diagnostics"], dependencies=[Depends(require_api_key)])
+router = keyed_router("/v1", "diagnostics")
 
 
 @router.get("/diagnostics", response_model=ViewResponse[DiagnosticRow])

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Response
+from fastapi import APIRouter, Response
 
-from serving.deps import BatchReaderDep, SettingsDep, SpeedConsumerDep, SpeedDep, require_api_key
+from serving.deps import BatchReaderDep, SettingsDep, SpeedConsumerDep, SpeedDep, keyed_router
 from serving.models import StatusResponse
 from shared.batch_store import read_current
 from shared.topics import VIEW_NAMES
 
 router = APIRouter(tags=["status"])
+keyed = keyed_router("/v1", "status")
 
 
 def _speed_counts(speed: SpeedDep) -> dict[str, int]:
@@ -24,7 +25,7 @@ def _speed_counts(speed: SpeedDep) -> dict[str, int]:
         cursor.close()
 
 
-@router.get("/v1/status", dependencies=[Depends(require_api_key)])
+@keyed.get("/status")
 def status(reader: BatchReaderDep, speed: SpeedDep, consumer: SpeedConsumerDep) -> StatusResponse:
     """Which batch version is served, its horizon, and how far the speed store has got."""
     version = reader.version

@@ -176,28 +176,72 @@ def test_an_unknown_booth_is_404(client: TestClient) -> None:
 
 
 @pytest.mark.parametrize(
-    ("params", "message"),
+    ("params", "field", "message"),
     [
-        ({"from": "yesterday", "to": "2026-01-07T00:00:00.000Z"}, "datetime"),
+        ({"from": "yesterday", "to": "2026-01-07T00:00:00.000Z"}, "from", "datetime"),
         (
             {"from": "2026-01-05T00:00:00", "to": "2026-01-07T00:00:00.000Z"},
-            "from must carry a time zone",
+            "from",
+            "must carry a time zone",
         ),
         (
             {"from": "2026-01-07T00:00:00.000Z", "to": "2026-01-05T00:00:00.000Z"},
-            "from must not be after to",
+            "to",
+            "must not be before from",
         ),
-        ({**DAY, "granularity": "2h"}, "'5m', '1h' or '1d'"),
-        ({**DAY, "limit": "0"}, "greater than or equal to 1"),
-        ({"to": "2026-01-07T00:00:00.000Z"}, "Field required"),
+        # instants pydantic accepts whose UTC falls outside the years 1 to 9999 (were 500s)
+        (
+            {"from": "0001-01-01T00:00:00+00:01", "to": "2026-01-07T00:00:00.000Z"},
+            "from",
+            "must lie in the years 1 to 9999 in UTC",
+        ),
+        (
+            {"from": "2026-01-05T00:00:00.000Z", "to": "9999-12-31T23:59:00-00:01"},
+            "to",
+            "must lie in the years 1 to 9999 in UTC",
+        ),
+        ({**DAY, "granularity": "2h"}, "granularity", "'5m', '1h' or '1d'"),
+        ({**DAY, "limit": "0"}, "limit", "greater than or equal to 1"),
+        ({"to": "2026-01-07T00:00:00.000Z"}, "from", "Field required"),
     ],
 )
-def test_bad_parameters_are_422_with_a_message(
-    client: TestClient, params: dict[str, str], message: str
+def test_bad_parameters_are_422_in_the_shape_openapi_documents(
+    client: TestClient, params: dict[str, str], field: str, message: str
 ) -> None:
     response = client.get("/v1/booths/b1/stats", params=params, headers=KEY)
     assert response.status_code == 422
-    assert message in json.dumps(response.json())
+    # FastAPI's HTTPValidationError, whether pydantic or one of our rules found the fault
+    [error] = response.json()["detail"]
+    assert error["loc"] == ["query", field]
+    assert message in error["msg"]
+    assert error["type"]
+
+
+def test_a_granularity_finer_than_the_window_is_422(client: TestClient, tmp_path: Path) -> None:
+    settings = Settings(state_dir=tmp_path, api_keys=["test-key"], window=timedelta(minutes=10))
+    client.app.dependency_overrides[app_settings] = lambda: settings  # type: ignore[attr-defined]
+    response = client.get("/v1/stats", params={**DAY, "granularity": "5m"}, headers=KEY)
+    assert response.status_code == 422
+    assert response.json()["detail"] == [{
+        "type": "value_error", "loc": ["query", "granularity"], "input": "5m",
+        "msg": "must be a multiple of the window 0:10:00",
+    }]  # fmt: skip
+    assert client.get("/v1/stats", params={**DAY, "granularity": "1h"}, headers=KEY).is_success
+
+
+def test_openapi_documents_the_key_and_error_responses(client: TestClient) -> None:
+    paths = client.get("/openapi.json").json()["paths"]
+    v1 = [operation for path, item in paths.items() if path.startswith("/v1/") for operation in item.values()]  # fmt: skip
+    assert len(v1) == 6
+    for operation in v1:
+        assert operation["responses"]["401"]["description"] == "X-API-Key missing or unknown"
+    booth = paths["/v1/booths/{booth_id}/stats"]["get"]["responses"]
+    assert set(booth) == {"200", "401", "404", "422"}
+    assert booth["422"]["content"]["application/json"]["schema"]["$ref"].endswith(
+        "/HTTPValidationError"
+    )
+    for public in ("/healthz", "/readyz", "/metrics"):
+        assert "401" not in paths[public]["get"]["responses"]
 
 
 def test_vehicle_trips_alerts_and_diagnostics(client: TestClient) -> None:
