@@ -52,4 +52,4 @@ bench-batch: setup
 	$(BIN)/python benchmarks/batch_throughput.py
 
 clean:
-	rm -rf $(VENV) .lambdaline .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .lambdaline .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,127 +1,39 @@
-"""The HTTP API on real DuckDB stores filled by hand (no Kafka, no Spark).
-
-The batch store is a published version (horizon 2026-01-06T00:00Z); the speed
-store is SpeedTables fed the JSON records the speed layer writes.
-"""
+"""The HTTP API on real DuckDB stores filled by hand (no Kafka, no Spark; ``api_stores``)."""
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Iterator
-from datetime import UTC, date, datetime, timedelta
-from decimal import Decimal
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
 
-import pyarrow as pa
 import pytest
 from fastapi.testclient import TestClient
 
-from batch_layer.publish import empty_store_tables, publish_version, rollback
+from batch_layer.publish import rollback
 from lambdaline.kafka_broker import free_port
 from serving.batch_reader import BatchReader
-from serving.deps import app_settings, speed_consumer, speed_tables
+from serving.deps import app_settings, speed_consumer
 from serving.main import create_app
 from serving.models import BoothStatsRow, ViewResponse
 from serving.speed_tables import SpeedTables
 from shared.batch_store import version_file
 from shared.settings import Settings
-
-KEY = {"X-API-Key": "test-key"}
-DAY = {"from": "2026-01-05T00:00:00.000Z", "to": "2026-01-07T00:00:00.000Z"}
-
-
-def booth_row(booth: str, start: str, count: int, toll: str) -> dict[str, Any]:
-    window_start = datetime.fromisoformat(start)
-    return {
-        "booth_id": booth, "window_start": window_start,
-        "window_end": window_start + timedelta(minutes=5),
-        "vehicle_count": count, "total_toll": Decimal(toll),
-        "first_entry_time": window_start, "last_entry_time": window_start,
-    }  # fmt: skip
-
-
-def table_of(name: str, rows: list[dict[str, Any]]) -> pa.Table:
-    schema = empty_store_tables()[name].schema
-    return pa.Table.from_pylist(rows, schema=schema)
-
-
-def publish_batch(store: Path, vehicle_count: int = 3) -> None:
-    fresh = empty_store_tables()
-    fresh["booth_stats"] = table_of("booth_stats", [
-        booth_row("b1", "2026-01-05T23:50", vehicle_count, "7.50"),
-        booth_row("b1", "2026-01-05T23:55", 1, "2.00"),
-        booth_row("b2", "2026-01-05T10:00", 4, "10.00"),
-    ])  # fmt: skip
-    fresh["vehicle_trips"] = table_of("vehicle_trips", [{
-        "booth_id": "b1", "license_plate": "P1", "entry_time": datetime(2026, 1, 5, 23, 50),
-        "exit_time": datetime(2026, 1, 6, 0, 10), "duration_seconds": 1200.0,
-    }])  # fmt: skip
-    fresh["expired_registrations"] = table_of("expired_registrations", [{
-        "booth_id": "b2", "license_plate": "P2", "entry_time": datetime(2026, 1, 5, 10, 1),
-        "registration_id": "R-2",
-    }])  # fmt: skip
-    fresh["diagnostics"] = table_of("diagnostics", [{
-        "booth_id": "b1", "window_start": datetime(2026, 1, 5, 23, 50),
-        "reason": "missing_exit", "count": 1,
-    }])  # fmt: skip
-    publish_version(store, fresh, [date(2026, 1, 5)], datetime(2026, 1, 6, tzinfo=UTC), 0, 5)
-
-
-def speed_record(value: dict[str, Any], batch_id: int) -> tuple[bytes, bytes]:
-    return b"key-" + json.dumps(sorted(value.items())[:3]).encode(), json.dumps(
-        {**value, "batch_id": batch_id}
-    ).encode()
-
-
-def speed_booth(booth: str, start: str, count: int, toll: float) -> dict[str, Any]:
-    end = (datetime.fromisoformat(start) + timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M")
-    return {
-        "booth_id": booth, "window_start": f"{start}:00.000Z",
-        "window_end": f"{end}:00.000Z", "vehicle_count": count,
-        "total_toll": toll, "first_entry_time": f"{start}:00.000Z",
-        "last_entry_time": f"{start}:00.000Z",
-    }  # fmt: skip
-
-
-def fill_speed(tables: SpeedTables) -> None:
-    tables.apply("booth_stats", [
-        speed_record(speed_booth("b1", "2026-01-05T23:55", 99, 99.0), 1),  # below H: ignored
-        speed_record(speed_booth("b1", "2026-01-06T00:00", 2, 5.0), 1),
-        speed_record(speed_booth("b1", "2026-01-06T00:05", 4, 8.0), 2),
-        speed_record(speed_booth("b1", "2026-01-06T00:05", 1, 1.0), 1),  # an older batch: ignored
-        speed_record(speed_booth("b3", "2026-01-06T01:00", 5, 12.5), 2),
-    ])  # fmt: skip
-    tables.apply("vehicle_trips", [speed_record({
-        "booth_id": "b1", "license_plate": "P1", "entry_time": "2026-01-06T08:00:00.000Z",
-        "exit_time": "2026-01-06T08:05:00.000Z", "duration_seconds": 300.0,
-    }, 3)])  # fmt: skip
-    tables.note_progress(json.dumps({"query": "speed.booth_stats", "watermark": "2026-01-06T00:58:00.000Z"}).encode())  # fmt: skip
-
-
-class CaughtUp:
-    lag = 0
-    error = None
-
-    class caught_up:  # noqa: N801 - mimics threading.Event
-        @staticmethod
-        def is_set() -> bool:
-            return True
+from tests.unit.api_stores import (
+    DAY,
+    KEY,
+    CaughtUp,
+    app_on_filled_stores,
+    publish_batch,
+    speed_booth,
+    speed_record,
+)
 
 
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[TestClient]:
-    """The app with its settings and speed store replaced through dependency overrides."""
-    settings = Settings(state_dir=tmp_path, api_keys=["test-key"])
-    publish_batch(settings.batch_store)
-    tables = SpeedTables()
-    fill_speed(tables)
-    app = create_app(Settings(state_dir=tmp_path), follow_kafka=False)
-    app.dependency_overrides[app_settings] = lambda: settings
-    app.dependency_overrides[speed_tables] = lambda: tables
-    with TestClient(app) as test_client:
+    with TestClient(app_on_filled_stores(tmp_path)) as test_client:
         yield test_client
 
 
