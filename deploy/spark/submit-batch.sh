@@ -11,8 +11,13 @@
 # The master dataset and the ingest checkpoint live under LAMBDALINE_MASTER_DIR,
 # which every executor must reach (HDFS, S3 via s3a:// with hadoop-aws on the
 # classpath, a shared mount); a path on this machine's disk only works for local
-# masters. Executors need Python 3.11+ with pandas and pyarrow (the registration
-# lookup is a pandas UDF); the project's own code travels with --py-files.
+# masters.
+#
+# The executors run no Python: every view is Spark SQL, so they need only the JVM
+# and the connector jars (--jars); tests/integration/test_spark_cluster.py runs this
+# script on a standalone cluster whose executors are given a Python that does not
+# exist. A Python UDF added to a view would need Python 3.11+ and the project's
+# packages on every executor: add --py-files and --conf spark.pyspark.python=...
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -26,25 +31,11 @@ master="${SPARK_MASTER_URL:-local[2]}"
 # the Spark Kafka connector jars, resolved by Maven into the jar cache (make setup)
 jars="$("$python" -c 'from shared.jvm import spark_kafka_jars; from shared.settings import get_settings; print(",".join(str(j) for j in spark_kafka_jars(get_settings())))')"
 
-# the project's packages for the executors
-build="$project/build"
-mkdir -p "$build"
-(cd "$project" && "$python" - <<'PY'
-import pathlib, zipfile
-with zipfile.ZipFile("build/lambdaline-py.zip", "w", zipfile.ZIP_DEFLATED) as archive:
-    for package in ("shared", "batch_layer"):
-        for path in sorted(pathlib.Path(package).rglob("*.py")):
-            archive.write(path)
-PY
-)
-
 exec "$spark_submit" \
   --master "$master" \
   --deploy-mode client \
   --name lambdaline-batch \
   --driver-memory "${SPARK_DRIVER_MEMORY:-2g}" \
   --jars "$jars" \
-  --py-files "$build/lambdaline-py.zip" \
-  --conf "spark.pyspark.python=${SPARK_EXECUTOR_PYTHON:-python3}" \
   --conf "spark.pyspark.driver.python=$python" \
   "$here/lambdaline_main.py" batch run "$@"

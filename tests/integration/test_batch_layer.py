@@ -89,6 +89,41 @@ def t(text: str) -> datetime:
     return datetime.fromisoformat(text)
 
 
+# The batch store's rows for D, by hand (zone-less UTC times).
+BOOTH_STATS = [
+    {"booth_id": "b1", "window_start": t("2026-01-04T10:00"), "window_end": t("2026-01-04T10:05"),
+     "vehicle_count": 2, "total_toll": Decimal("6.50"),
+     "first_entry_time": t("2026-01-04T10:00:10"), "last_entry_time": t("2026-01-04T10:03")},
+    {"booth_id": "b1", "window_start": t("2026-01-04T23:50"), "window_end": t("2026-01-04T23:55"),
+     "vehicle_count": 1, "total_toll": Decimal("5.75"),
+     "first_entry_time": t("2026-01-04T23:50"), "last_entry_time": t("2026-01-04T23:50")},
+    {"booth_id": "b2", "window_start": t("2026-01-05T13:00"), "window_end": t("2026-01-05T13:05"),
+     "vehicle_count": 1, "total_toll": Decimal("7.25"),
+     "first_entry_time": t("2026-01-05T13:00"), "last_entry_time": t("2026-01-05T13:00")},
+]  # fmt: skip
+
+VEHICLE_TRIPS = [
+    {"booth_id": "b1", "license_plate": "P1", "entry_time": t("2026-01-04T10:00:10"),
+     "exit_time": t("2026-01-04T10:20:10"), "duration_seconds": 1200.0},
+    {"booth_id": "b1", "license_plate": "P2", "entry_time": t("2026-01-04T10:03"),
+     "exit_time": t("2026-01-04T10:30"), "duration_seconds": 1620.0},
+    {"booth_id": "b1", "license_plate": "P3", "entry_time": t("2026-01-04T23:50"),
+     "exit_time": t("2026-01-05T00:20"), "duration_seconds": 1800.0},
+]  # fmt: skip
+
+EXPIRED_REGISTRATIONS = [
+    {"booth_id": "b1", "license_plate": "P2", "entry_time": t("2026-01-04T10:03"),
+     "registration_id": "R-3"},
+    {"booth_id": "b2", "license_plate": "P1", "entry_time": t("2026-01-05T13:00"),
+     "registration_id": "R-2"},
+]  # fmt: skip
+
+DIAGNOSTICS = [
+    {"booth_id": "b1", "window_start": t("2026-01-04T23:50"), "reason": "missing_registration", "count": 1},
+    {"booth_id": "b2", "window_start": t("2026-01-05T13:00"), "reason": "missing_exit", "count": 1},
+]  # fmt: skip
+
+
 def send_days(settings: Settings) -> None:
     send(settings, settings.topics.registrations, REGISTRATIONS)
     send(settings, settings.topics.entries, ENTRIES + MALFORMED)
@@ -127,44 +162,19 @@ def first_run(
 
 
 def test_booth_stats(first_run: Settings) -> None:
-    assert rows(first_run, "booth_stats") == [
-        {"booth_id": "b1", "window_start": t("2026-01-04T10:00"), "window_end": t("2026-01-04T10:05"),
-         "vehicle_count": 2, "total_toll": Decimal("6.50"),
-         "first_entry_time": t("2026-01-04T10:00:10"), "last_entry_time": t("2026-01-04T10:03")},
-        {"booth_id": "b1", "window_start": t("2026-01-04T23:50"), "window_end": t("2026-01-04T23:55"),
-         "vehicle_count": 1, "total_toll": Decimal("5.75"),
-         "first_entry_time": t("2026-01-04T23:50"), "last_entry_time": t("2026-01-04T23:50")},
-        {"booth_id": "b2", "window_start": t("2026-01-05T13:00"), "window_end": t("2026-01-05T13:05"),
-         "vehicle_count": 1, "total_toll": Decimal("7.25"),
-         "first_entry_time": t("2026-01-05T13:00"), "last_entry_time": t("2026-01-05T13:00")},
-    ]  # fmt: skip
+    assert rows(first_run, "booth_stats") == BOOTH_STATS
 
 
 def test_vehicle_trips_take_the_earliest_exit_even_after_midnight(first_run: Settings) -> None:
-    assert rows(first_run, "vehicle_trips") == [
-        {"booth_id": "b1", "license_plate": "P1", "entry_time": t("2026-01-04T10:00:10"),
-         "exit_time": t("2026-01-04T10:20:10"), "duration_seconds": 1200.0},
-        {"booth_id": "b1", "license_plate": "P2", "entry_time": t("2026-01-04T10:03"),
-         "exit_time": t("2026-01-04T10:30"), "duration_seconds": 1620.0},
-        {"booth_id": "b1", "license_plate": "P3", "entry_time": t("2026-01-04T23:50"),
-         "exit_time": t("2026-01-05T00:20"), "duration_seconds": 1800.0},
-    ]  # fmt: skip
+    assert rows(first_run, "vehicle_trips") == VEHICLE_TRIPS
 
 
 def test_expired_registrations_use_the_registration_at_entry_time(first_run: Settings) -> None:
-    assert rows(first_run, "expired_registrations") == [
-        {"booth_id": "b1", "license_plate": "P2", "entry_time": t("2026-01-04T10:03"),
-         "registration_id": "R-3"},
-        {"booth_id": "b2", "license_plate": "P1", "entry_time": t("2026-01-05T13:00"),
-         "registration_id": "R-2"},
-    ]  # fmt: skip
+    assert rows(first_run, "expired_registrations") == EXPIRED_REGISTRATIONS
 
 
 def test_diagnostics(first_run: Settings) -> None:
-    assert rows(first_run, "diagnostics") == [
-        {"booth_id": "b1", "window_start": t("2026-01-04T23:50"), "reason": "missing_registration", "count": 1},
-        {"booth_id": "b2", "window_start": t("2026-01-05T13:00"), "reason": "missing_exit", "count": 1},
-    ]  # fmt: skip
+    assert rows(first_run, "diagnostics") == DIAGNOSTICS
 
 
 def test_dead_letters_up_to_the_run_date_with_reasons(first_run: Settings) -> None:

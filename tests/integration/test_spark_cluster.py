@@ -1,0 +1,142 @@
+"""The batch run as a user runs it on a cluster: deploy/spark/submit-batch.sh against a
+real Spark standalone cluster, a master and a worker started here (each its own JVM,
+on free ports), with executors the worker launches.
+
+The executors are told to run a Python that does not exist: every view is Spark
+SQL, so no task starts a Python worker, and a cluster's executors need only the
+JVM (a Python UDF added to a view would fail this test, and would need Python and
+the project's packages on every executor). Same hand-written input and expected
+rows as ``test_batch_layer``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyspark
+import pytest
+
+from lambdaline.kafka_broker import free_port
+from lambdaline.processes import log_tail
+from shared.process_groups import end_group
+from shared.settings import Settings
+from tests.integration import test_batch_layer as by_hand
+from tests.integration.helpers import environment_of, isolated_settings
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+PROJECT = Path(__file__).resolve().parents[2]
+SUBMIT_BATCH = PROJECT / "deploy" / "spark" / "submit-batch.sh"
+SPARK_CLASS = Path(pyspark.__file__).parent / "bin" / "spark-class"
+
+
+@dataclass(frozen=True)
+class Cluster:
+    master_url: str
+    web_ui: str
+
+    def state(self) -> dict[str, Any]:
+        """The master's own account of workers and applications (its web UI's JSON)."""
+        with urllib.request.urlopen(f"{self.web_ui}/json/", timeout=5) as response:
+            state: dict[str, Any] = json.load(response)
+            return state
+
+
+def _daemon(name: str, args: list[str], folder: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "SPARK_DAEMON_MEMORY": "512m", "SPARK_LOCAL_DIRS": str(folder / "local")}
+    with (folder / f"{name}.log").open("ab") as log:
+        return subprocess.Popen(
+            [str(SPARK_CLASS), *args], stdin=subprocess.DEVNULL, stdout=log,
+            stderr=subprocess.STDOUT, env=env, start_new_session=True,
+        )  # fmt: skip
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the daemon (a worker kills its executors), then its whole group."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=20)
+    end_group(process.pid, 5.0 if process.poll() is not None else 0.0)
+    process.wait()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    folder = tmp_path_factory.mktemp("spark-cluster")
+    port, master_ui, worker_ui = free_port(), free_port(), free_port()
+    master = _daemon("master", [
+        "org.apache.spark.deploy.master.Master",
+        "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(master_ui),
+    ], folder)  # fmt: skip
+    started = [master]
+    try:
+        cluster = Cluster(f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{master_ui}")
+        deadline = time.monotonic() + 90
+        while True:
+            if master.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the master did not start:\n{log_tail(folder / 'master.log')}")
+            try:
+                cluster.state()
+                break
+            except OSError:
+                time.sleep(0.5)
+        worker = _daemon("worker", [
+            "org.apache.spark.deploy.worker.Worker",
+            "--host", "127.0.0.1", "--cores", "2", "--memory", "2g",
+            "--webui-port", str(worker_ui), "--work-dir", str(folder / "work"),
+            cluster.master_url,
+        ], folder)  # fmt: skip
+        started.append(worker)
+        while cluster.state()["aliveworkers"] != 1:
+            if worker.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"no worker registered:\n{log_tail(folder / 'worker.log')}")
+            time.sleep(0.5)
+        yield cluster
+    finally:
+        for process in reversed(started):
+            _stop(process)
+
+
+def test_submit_batch_on_a_standalone_cluster_gives_the_hand_computed_rows(
+    kafka: Settings, cluster: Cluster, tmp_path: Path
+) -> None:
+    settings = isolated_settings(kafka, tmp_path / "state")
+    by_hand.send_days(settings)
+    env = {
+        **environment_of(settings),
+        "PYTHON": sys.executable,  # the driver's Python (client mode: it runs here)
+        "SPARK_MASTER_URL": cluster.master_url,
+        "SPARK_DRIVER_MEMORY": "1g",
+        # the executors' Python (the driver's is spark.pyspark.driver.python): none
+        "PYSPARK_PYTHON": "/nonexistent/python3",
+    }
+    result = subprocess.run(
+        ["bash", str(SUBMIT_BATCH), "--date", by_hand.D.isoformat()],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-5000:]
+
+    assert by_hand.rows(settings, "booth_stats") == by_hand.BOOTH_STATS
+    assert by_hand.rows(settings, "vehicle_trips") == by_hand.VEHICLE_TRIPS
+    assert by_hand.rows(settings, "expired_registrations") == by_hand.EXPIRED_REGISTRATIONS
+    assert by_hand.rows(settings, "diagnostics") == by_hand.DIAGNOSTICS
+    assert [row["reason"] for row in by_hand.rows(settings, "dead_letters")] == [
+        "invalid_json", "missing_field", "invalid_value",
+    ]  # fmt: skip
+    # the master ran it: an application of the cluster's, its tasks on the worker's executor
+    [application] = cluster.state()["completedapps"]
+    assert (application["name"], application["state"]) == ("lambdaline-batch", "FINISHED")
+    assert application["cores"] == 2
