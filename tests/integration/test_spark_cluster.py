@@ -1,12 +1,13 @@
-"""The batch run as a user runs it on a cluster: deploy/spark/submit-batch.sh against a
-real Spark standalone cluster, a master and a worker started here (each its own JVM,
-on free ports), with executors the worker launches.
+"""Both layers as a user runs them on a cluster, on a real Spark standalone cluster: a
+master and a worker started here (each its own JVM, on free ports), with executors
+the worker launches. The batch run goes through deploy/spark/submit-batch.sh; the
+speed job is ``lambdaline speed run`` with ``LAMBDALINE_SPARK_MASTER=spark://…``.
 
 The executors are told to run a Python that does not exist: every view is Spark
 SQL, so no task starts a Python worker, and a cluster's executors need only the
-JVM (a Python UDF added to a view would fail this test, and would need Python and
-the project's packages on every executor). Same hand-written input and expected
-rows as ``test_batch_layer``.
+JVM (a Python UDF added to a view would fail these tests, and would need Python
+and the project's packages on every executor). Same hand-written inputs and
+expected rows as ``test_batch_layer`` and ``test_speed_layer``.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from lambdaline.processes import log_tail
 from shared.process_groups import end_group
 from shared.settings import Settings
 from tests.integration import test_batch_layer as by_hand
-from tests.integration.helpers import environment_of, isolated_settings
+from tests.integration import test_speed_layer as speed_by_hand
+from tests.integration.helpers import environment_of, isolated_settings, read_all, send
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -137,6 +139,35 @@ def test_submit_batch_on_a_standalone_cluster_gives_the_hand_computed_rows(
         "invalid_json", "missing_field", "invalid_value",
     ]  # fmt: skip
     # the master ran it: an application of the cluster's, its tasks on the worker's executor
-    [application] = cluster.state()["completedapps"]
-    assert (application["name"], application["state"]) == ("lambdaline-batch", "FINISHED")
-    assert application["cores"] == 2
+    assert finished_application(cluster, "lambdaline-batch")["cores"] == 2
+
+
+def test_the_speed_job_on_a_standalone_cluster_gives_the_hand_computed_rows(
+    kafka: Settings, cluster: Cluster, tmp_path: Path
+) -> None:
+    settings = isolated_settings(kafka, tmp_path / "state")
+    send(settings, settings.topics.entries, speed_by_hand.ENTRIES + speed_by_hand.MALFORMED)
+    env = {
+        **environment_of(settings),
+        "LAMBDALINE_SPARK_MASTER": cluster.master_url,
+        "PYSPARK_PYTHON": "/nonexistent/python3",  # the executors' Python: none
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "lambdaline.cli", "speed", "run", "--available-now"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
+
+    assert speed_by_hand.booth_stats(settings) == speed_by_hand.BOOTH_STATS
+    letters = [json.loads(record.value) for record in read_all(settings, settings.topics.dead_letters)]  # fmt: skip
+    assert sorted(letter["reason"] for letter in letters) == [
+        "future_event_time", "invalid_json", "invalid_value", "missing_field",
+    ]  # fmt: skip
+    assert finished_application(cluster, "lambdaline-speed")["cores"] == 2
+
+
+def finished_application(cluster: Cluster, name: str) -> dict[str, Any]:
+    """The master's record of the application: it ran on the cluster and finished."""
+    [application] = [app for app in cluster.state()["completedapps"] if app["name"] == name]
+    assert application["state"] == "FINISHED"
+    return application
