@@ -45,9 +45,14 @@ def _run_date(value: str | None) -> date:
         raise typer.BadParameter(f"{value!r} is not a date (YYYY-MM-DD)") from None
 
 
-def _summary(report: RunReport) -> Table:
+def summary_table(report: RunReport) -> Table:
     assert report.version is not None
-    table = Table(title=f"batch run for {report.run_date} -> version {report.version.version}")
+    table = Table(
+        title=f"batch run for {report.run_date} -> version {report.version.version}",
+        show_header=False,
+        caption=f"rows: what the version holds, event dates up to {report.run_date}; "
+        "records of later dates wait in the master dataset for the run of their date",
+    )
     table.add_column("", style="bold")
     table.add_column("", justify="right")
     table.add_row("records ingested", f"{report.records_ingested:,}")
@@ -98,7 +103,7 @@ def batch_run(
         raise _fail(str(error)) from None
     finally:
         spark.stop()
-    console.print(_summary(report))
+    console.print(summary_table(report))
 
 
 def _version_document(listed: ListedVersion) -> dict[str, Any]:
