@@ -29,7 +29,7 @@ from serving.responses import encode_rows
 from serving.speed_tables import SpeedTables
 from shared.batch_store import STORE_TABLE_BY_NAME, read_current
 from shared.merge import Row, Source, merge_at_horizon, roll_up_booth_stats, sources_for
-from tests.unit.test_api import booth_row, fill_speed, speed_booth, speed_record, table_of
+from tests.unit.api_stores import booth_row, fill_speed, speed_booth, speed_record, table_of
 
 HORIZON = datetime(2026, 1, 6, tzinfo=UTC)
 MID_HOUR = datetime(2026, 1, 5, 23, 55, tzinfo=UTC)
