@@ -15,6 +15,7 @@ from datetime import timedelta
 
 import duckdb
 from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
 from starlette.concurrency import run_in_threadpool
 
 from serving.batch_reader import BatchReader
@@ -71,7 +72,9 @@ def create_app(
             reader.stop()
             process_stopped()
 
-    app = FastAPI(
+    # /docs and /redoc with their scripts served by the app itself: FastAPI's own
+    # pages load them from a CDN, which a host without Internet access never reaches
+    app = FastAPIOffline(
         title="lambdaline",
         summary="Batch truth merged with speed-layer results at a published horizon.",
         version="0.1.0",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -139,6 +140,19 @@ def test_a_granularity_finer_than_the_window_is_422(client: TestClient, tmp_path
         "msg": "must be a multiple of the window 0:10:00",
     }]  # fmt: skip
     assert client.get("/v1/stats", params={**DAY, "granularity": "1h"}, headers=KEY).is_success
+
+
+@pytest.mark.parametrize("page", ["/docs", "/redoc"])
+def test_the_docs_pages_load_nothing_from_another_host(client: TestClient, page: str) -> None:
+    html = client.get(page).text
+    # FastAPI's own pages load Swagger UI and ReDoc from cdn.jsdelivr.net
+    assert "http://" not in html and "https://" not in html
+    assets = re.findall(r"""(?:src|href|url)\s*[=:]\s*["']([^"']+)["']""", html)
+    assert "/openapi.json" in assets and len(assets) >= 3
+    for asset in assets:
+        response = client.get(asset)
+        assert response.status_code == 200, asset
+        assert len(response.content) > 1000, asset
 
 
 def test_openapi_documents_the_key_and_error_responses(client: TestClient) -> None:
