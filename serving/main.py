@@ -22,6 +22,7 @@ from serving.batch_reader import BatchReader
 from serving.metrics import (
     LatencyMiddleware,
     Metrics,
+    forget_dead_workers,
     multiprocess_mode,
     process_stopped,
     refresh_gauges,
@@ -96,6 +97,7 @@ def create_app(
 async def _refresh_gauges(app: FastAPI) -> None:
     while True:
         refresh_gauges(app)
+        forget_dead_workers()
         await asyncio.sleep(1.0)
 
 

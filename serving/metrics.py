@@ -10,14 +10,19 @@ serve`` then runs prometheus_client's multiprocess mode: it sets
 every worker writes its values there, and ``/metrics`` reads them all back:
 counters and histograms summed, each gauge combined as its ``multiprocess_mode``
 says. Each worker refreshes its gauges every second (:func:`refresh_gauges`),
-not only when it answers a scrape, and removes its live gauges when it stops.
+not only when it answers a scrape, and removes its live gauges when it stops;
+those of a worker killed outright go at the next refresh of any other
+(:func:`forget_dead_workers`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import time
 from functools import partial
+from pathlib import Path
 
 from fastapi import APIRouter, FastAPI, Request, Response
 from prometheus_client import (
@@ -145,6 +150,26 @@ def process_stopped() -> None:
     """A worker of a multi-process server stops: its live gauges leave the combined values."""
     if multiprocess_mode():
         multiprocess.mark_process_dead(os.getpid())  # type: ignore[no-untyped-call]
+
+
+_LIVE_GAUGE_FILE = re.compile(r"gauge_live[a-z]+_(\d+)\.db")
+
+
+def forget_dead_workers() -> None:
+    """Take the live gauges of workers that died without stopping (SIGKILL, the OOM
+    killer) out of the combined values; uvicorn starts a new worker in their place."""
+    directory = Path(os.environ[MULTIPROCESS_DIR])
+    matches = (_LIVE_GAUGE_FILE.fullmatch(path.name) for path in directory.iterdir())
+    pids = {int(match[1]) for match in matches if match}
+    for pid in pids:
+        try:
+            os.kill(pid, 0)  # signal 0: only asks whether the process exists
+        except ProcessLookupError:
+            # another worker may remove the same files at the same moment
+            with contextlib.suppress(FileNotFoundError):
+                multiprocess.mark_process_dead(pid, str(directory))  # type: ignore[no-untyped-call]
+        except PermissionError:  # exists, under another user
+            pass
 
 
 @router.get("/metrics", response_class=Response)

@@ -49,6 +49,11 @@ def two_workers(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], str]]
             process.wait()
 
 
+def live_gauge_pids(directory: Path) -> set[int]:
+    """The processes whose live gauges the metrics directory holds (gauge_livemin_<pid>.db)."""
+    return {int(path.stem.rsplit("_", 1)[1]) for path in directory.glob("gauge_live*_*.db")}
+
+
 def samples(text: str) -> dict[str, float]:
     """``name{labels} value`` lines of a Prometheus text page."""
     found = {}
@@ -76,7 +81,19 @@ def test_metrics_count_the_requests_of_every_worker(
         assert page[healthz] == REQUESTS
         assert page["lambdaline_batch_version"] == -1  # none published, in either worker
         assert page["lambdaline_speed_consumer_up"] == 0  # no Kafka
-    assert list(tmp_path.glob("lambdaline-metrics-*")), "the server's metrics directory"
+    [directory] = tmp_path.glob("lambdaline-metrics-*")  # the server's own
+
+    # a worker killed outright (the OOM killer, kill -9) cannot take its gauges out
+    # itself: the other does, and uvicorn starts a new worker in its place
+    workers = live_gauge_pids(directory)
+    assert len(workers) == 2
+    killed = min(workers)
+    os.kill(killed, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while (pids := live_gauge_pids(directory)) and (killed in pids or len(pids) < 2):
+        assert time.monotonic() < deadline, f"live gauges of {sorted(pids)}, {killed} killed"
+        time.sleep(0.2)
+    assert httpx.get(f"{base_url}/metrics").status_code == 200
 
     os.killpg(server.pid, signal.SIGTERM)  # as Ctrl-C or a service manager stops it
     assert server.wait(timeout=30) == 0
