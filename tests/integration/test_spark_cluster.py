@@ -41,6 +41,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 PROJECT = Path(__file__).resolve().parents[2]
 SUBMIT_BATCH = PROJECT / "deploy" / "spark" / "submit-batch.sh"
 SPARK_CLASS = Path(pyspark.__file__).parent / "bin" / "spark-class"
+LOOPBACK = {"SPARK_LOCAL_IP": "127.0.0.1"}
+"""Every JVM of the test (daemons, executors, drivers) on loopback, whatever this host's
+name resolves to."""
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,10 @@ class Cluster:
 
 
 def _daemon(name: str, args: list[str], folder: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "SPARK_DAEMON_MEMORY": "512m", "SPARK_LOCAL_DIRS": str(folder / "local")}
+    env = {
+        **os.environ, **LOOPBACK, "SPARK_DAEMON_MEMORY": "512m",
+        "SPARK_LOCAL_DIRS": str(folder / "local"),
+    }  # fmt: skip
     with (folder / f"{name}.log").open("ab") as log:
         return subprocess.Popen(
             [str(SPARK_CLASS), *args], stdin=subprocess.DEVNULL, stdout=log,
@@ -118,6 +124,7 @@ def test_submit_batch_on_a_standalone_cluster_gives_the_hand_computed_rows(
     by_hand.send_days(settings)
     env = {
         **environment_of(settings),
+        **LOOPBACK,
         "PYTHON": sys.executable,  # the driver's Python (client mode: it runs here)
         "SPARK_MASTER_URL": cluster.master_url,
         "SPARK_DRIVER_MEMORY": "1g",
@@ -149,6 +156,7 @@ def test_the_speed_job_on_a_standalone_cluster_gives_the_hand_computed_rows(
     send(settings, settings.topics.entries, speed_by_hand.ENTRIES + speed_by_hand.MALFORMED)
     env = {
         **environment_of(settings),
+        **LOOPBACK,
         "LAMBDALINE_SPARK_MASTER": cluster.master_url,
         "PYSPARK_PYTHON": "/nonexistent/python3",  # the executors' Python: none
     }
