@@ -65,28 +65,40 @@ class Supervisor:
     def stop(
         self, child: Child, force: threading.Event | None = None, grace: float = STOP_GRACE_S
     ) -> None:
-        """SIGTERM the leader, wait up to ``grace`` (less if forced), then end its group
-        (``shared.process_groups.end_group``)."""
+        """Stop the child and its group (:func:`stop_process`), once."""
         if child.stopped:  # its group id may belong to someone else by now
             return
-        force = force or threading.Event()
-        process = child.process
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            deadline = time.monotonic() + grace
-            while process.poll() is None and time.monotonic() < deadline and not force.is_set():
-                time.sleep(0.1)
-        # whatever is left (the JVM, workers) gets a moment to exit by itself, unless
-        # the leader did not stop in time or a second Ctrl-C (force) comes
-        end_group(process.pid, GROUP_EXIT_GRACE_S if process.poll() is not None else 0.0, force)
-        process.wait()
+        stop_process(child.process, grace, force)
         child.stopped = True
-        log_event(logger, "process_stopped", part=child.name, pid=process.pid)
+        log_event(logger, "process_stopped", part=child.name, pid=child.process.pid)
 
     def stop_all(self) -> None:
         """Stop every child, the last started first."""
         for child in reversed(self.children):
             self.stop(child)
+
+
+def stop_process(
+    process: subprocess.Popen[bytes],
+    grace: float = STOP_GRACE_S,
+    force: threading.Event | None = None,
+) -> None:
+    """Stop a process started in a session of its own, and everything it started.
+
+    SIGTERM the leader and wait up to ``grace`` (less if ``force`` is set); then
+    whatever is left of its group (a JVM, workers) gets a moment to exit by itself,
+    unless the leader did not stop in time or ``force`` is set, and is SIGKILLed
+    (``shared.process_groups.end_group``). Call it once per process: after it, the
+    group id may belong to someone else.
+    """
+    force = force or threading.Event()
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while process.poll() is None and time.monotonic() < deadline and not force.is_set():
+            time.sleep(0.1)
+    end_group(process.pid, GROUP_EXIT_GRACE_S if process.poll() is not None else 0.0, force)
+    process.wait()
 
 
 def log_tail(path: Path, lines: int = 15) -> str:

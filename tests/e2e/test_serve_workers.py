@@ -90,7 +90,7 @@ def test_metrics_count_the_requests_of_every_worker(
     killed = min(workers)
     os.kill(killed, signal.SIGKILL)
     deadline = time.monotonic() + 30
-    while (pids := live_gauge_pids(directory)) and (killed in pids or len(pids) < 2):
+    while killed in (pids := live_gauge_pids(directory)) or len(pids) < 2:
         assert time.monotonic() < deadline, f"live gauges of {sorted(pids)}, {killed} killed"
         time.sleep(0.2)
     assert httpx.get(f"{base_url}/metrics").status_code == 200

@@ -12,10 +12,8 @@ expected rows as ``test_batch_layer`` and ``test_speed_layer``.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -29,8 +27,7 @@ import pyspark
 import pytest
 
 from lambdaline.kafka_broker import free_port
-from lambdaline.processes import log_tail
-from shared.process_groups import end_group
+from lambdaline.processes import log_tail, stop_process
 from shared.settings import Settings
 from tests.integration import test_batch_layer as by_hand
 from tests.integration import test_speed_layer as speed_by_hand
@@ -70,16 +67,6 @@ def _daemon(name: str, args: list[str], folder: Path) -> subprocess.Popen[bytes]
         )  # fmt: skip
 
 
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the daemon (a worker kills its executors), then its whole group."""
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=20)
-    end_group(process.pid, 5.0 if process.poll() is not None else 0.0)
-    process.wait()
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     folder = tmp_path_factory.mktemp("spark-cluster")
@@ -114,7 +101,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield cluster
     finally:
         for process in reversed(started):
-            _stop(process)
+            stop_process(process)  # a worker kills its executors; the group goes too
 
 
 def test_submit_batch_on_a_standalone_cluster_gives_the_hand_computed_rows(
