@@ -42,7 +42,7 @@ BATCH_SPARK_CONF: dict[str, str] = {
     # the trip join as a shuffled hash join (a hash table of each partition's
     # exits) instead of sorting both sides, chosen by AQE only when every
     # partition's build side is below this size, so a large backfill still gets
-    # the sort-merge join, which spills; measured in docs/architecture.md
+    # the sort-merge join, which spills; measured in docs/performance.md
     "spark.sql.adaptive.maxShuffledHashJoinLocalMapThreshold": "128MB",
     # the persisted entries and joins are read within seconds of being built:
     # compressing their in-memory columns costs more CPU than it saves
@@ -54,7 +54,7 @@ BATCH_SPARK_CONF: dict[str, str] = {
     "spark.driver.extraJavaOptions": JVM_OPTIONS,
     "spark.executor.extraJavaOptions": JVM_OPTIONS,
 }
-"""The batch job's Spark tuning; measured in docs/architecture.md ("Where the time goes").
+"""The batch job's Spark tuning; measured in docs/performance.md ("The batch layer").
 The ``spark_conf`` setting overrides any of it."""
 
 

@@ -56,8 +56,8 @@ SPEED_SPARK_CONF: dict[str, str] = {
     # compiled again each lookups micro-batch, on the driver and in a task
     "spark.sql.codegen.cache.maxEntries": "2000",
 }
-"""The speed job's Spark tuning; measured in docs/architecture.md ("Speed-layer
-performance"). The ``spark_conf`` setting overrides any of it."""
+"""The speed job's Spark tuning; measured in docs/performance.md ("The speed
+layer"). The ``spark_conf`` setting overrides any of it."""
 
 
 def speed_spark_session(settings: Settings, app_name: str = "lambdaline-speed") -> SparkSession:
