@@ -46,6 +46,16 @@ def parse_duration(value: Any) -> Any:
     return value
 
 
+def duration_label(duration: timedelta) -> str:
+    """The shortest ``parse_duration`` text for a duration: ``10m``, ``1h``, ``90s``, ``1500ms``."""
+    milliseconds = round(duration / timedelta(milliseconds=1))
+    for unit in ("d", "h", "m", "s", "ms"):
+        size = round(_UNIT_SECONDS[unit] * 1000)
+        if milliseconds % size == 0:
+            return f"{milliseconds // size}{unit}"
+    raise AssertionError("unreachable: every whole number of milliseconds has a label")
+
+
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
 
 

@@ -20,38 +20,48 @@ from serving.deps import (
 from serving.models import BoothStatsRow, Problem, ViewResponse
 from serving.queries import ViewQuery, booth_known
 from serving.responses import view_response, view_rows
+from shared.settings import duration_label
 
 router = keyed_router("/v1", "booth stats")
 
 Granularity = Literal["5m", "1h", "1d"]
 GRANULARITIES = {"5m": timedelta(minutes=5), "1h": timedelta(hours=1), "1d": timedelta(days=1)}
-GranularityQuery = Annotated[Granularity, Query(description="bucket size of the rows")]
+GranularityQuery = Annotated[
+    Granularity | None,
+    Query(
+        description="bucket size of the rows, a multiple of the view's window; "
+        "left out, the window's own rows (5 minutes unless the `window` setting says otherwise)"
+    ),
+]
 
 
 async def _stats(
     booth_id: str | None,
     time_range: TimeRangeDep,
-    granularity: Granularity,
+    granularity: Granularity | None,
     limit: int,
     batch: BatchDep,
     speed: SpeedDep,
     settings: SettingsDep,
 ) -> Response:
-    size = GRANULARITIES[granularity]
-    if size < settings.window or size % settings.window:
+    window = settings.window
+    size = window if granularity is None else GRANULARITIES[granularity]
+    if size < window or size % window:
         raise invalid_query(
-            "granularity", granularity, f"must be a multiple of the window {settings.window}"
-        )
+            "granularity", granularity,
+            f"must be a multiple of the window, {duration_label(window)} "
+            "(leave it out for the window's own rows)",
+        )  # fmt: skip
     filters = {"booth_id": booth_id} if booth_id is not None else {}
     query = ViewQuery("booth_stats", time_range.start, time_range.end, filters, limit)
-    rows = await view_rows(query, batch, speed, None if size == settings.window else size)
+    rows = await view_rows(query, batch, speed, None if size == window else size)
     if (
         booth_id is not None
         and not rows.rows.count
         and not await run_in_threadpool(booth_known, booth_id, batch, speed)
     ):
         raise HTTPException(404, detail="booth not found")
-    return view_response(rows, speed.watermark, granularity)
+    return view_response(rows, speed.watermark, granularity or duration_label(window))
 
 
 @router.get(
@@ -65,7 +75,7 @@ async def booth_stats(
     batch: BatchDep,
     speed: SpeedDep,
     settings: SettingsDep,
-    granularity: GranularityQuery = "5m",
+    granularity: GranularityQuery = None,
     limit: Limit = 10_000,
 ) -> Response:
     """Vehicles and tolls at one booth in [from, to), batch below the horizon, speed from it."""
@@ -78,7 +88,7 @@ async def all_booth_stats(
     batch: BatchDep,
     speed: SpeedDep,
     settings: SettingsDep,
-    granularity: GranularityQuery = "5m",
+    granularity: GranularityQuery = None,
     limit: Limit = 10_000,
 ) -> Response:
     """Vehicles and tolls at every booth in [from, to)."""

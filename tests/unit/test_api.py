@@ -130,16 +130,27 @@ def test_bad_parameters_are_422_in_the_shape_openapi_documents(
     assert error["type"]
 
 
-def test_a_granularity_finer_than_the_window_is_422(client: TestClient, tmp_path: Path) -> None:
+def test_with_another_window_the_default_granularity_is_the_window(
+    client: TestClient, tmp_path: Path
+) -> None:
     settings = Settings(state_dir=tmp_path, api_keys=["test-key"], window=timedelta(minutes=10))
     client.app.dependency_overrides[app_settings] = lambda: settings  # type: ignore[attr-defined]
-    response = client.get("/v1/stats", params={**DAY, "granularity": "5m"}, headers=KEY)
-    assert response.status_code == 422
-    assert response.json()["detail"] == [{
+    # no granularity: the view's own rows, whatever its window (was a 422 about "5m")
+    response = client.get("/v1/booths/b1/stats", params=DAY, headers=KEY)
+    assert response.status_code == 200
+    assert response.json()["granularity"] == "10m"
+    assert [row["window_start"] for row in response.json()["rows"]] == [
+        "2026-01-05T23:50:00.000Z", "2026-01-05T23:55:00.000Z",
+        "2026-01-06T00:00:00.000Z", "2026-01-06T00:05:00.000Z",
+    ]  # fmt: skip
+    finer = client.get("/v1/stats", params={**DAY, "granularity": "5m"}, headers=KEY)
+    assert finer.status_code == 422
+    assert finer.json()["detail"] == [{
         "type": "value_error", "loc": ["query", "granularity"], "input": "5m",
-        "msg": "must be a multiple of the window 0:10:00",
+        "msg": "must be a multiple of the window, 10m (leave it out for the window's own rows)",
     }]  # fmt: skip
-    assert client.get("/v1/stats", params={**DAY, "granularity": "1h"}, headers=KEY).is_success
+    hourly = client.get("/v1/stats", params={**DAY, "granularity": "1h"}, headers=KEY)
+    assert hourly.is_success and hourly.json()["granularity"] == "1h"
 
 
 @pytest.mark.parametrize("page", ["/docs", "/redoc"])

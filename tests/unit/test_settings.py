@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from shared.settings import Settings, SettingsError, get_settings
+from shared.settings import Settings, SettingsError, duration_label, get_settings, parse_duration
 
 
 def test_defaults_are_those_of_the_design() -> None:
@@ -87,6 +87,19 @@ def test_a_window_must_divide_a_day() -> None:
     with pytest.raises(ValidationError, match="must divide a day evenly"):
         Settings(window="7m")
     assert Settings(window="15m").window.total_seconds() == 900
+
+
+@pytest.mark.parametrize(
+    ("duration", "label"),
+    [
+        (timedelta(minutes=5), "5m"), (timedelta(minutes=10), "10m"), (timedelta(minutes=90), "90m"),
+        (timedelta(hours=1), "1h"), (timedelta(days=1), "1d"), (timedelta(days=2), "2d"),
+        (timedelta(seconds=90), "90s"), (timedelta(milliseconds=1500), "1500ms"),
+    ],
+)  # fmt: skip
+def test_a_duration_has_a_label_the_settings_read_back(duration: timedelta, label: str) -> None:
+    assert duration_label(duration) == label
+    assert parse_duration(label) == duration
 
 
 def test_batch_cron_must_be_a_cron_expression() -> None:
