@@ -28,9 +28,15 @@ logger = logging.getLogger("lambdaline.serving")
 class BatchSnapshot:
     """One opened version, shared by the requests that started while it was current."""
 
-    def __init__(self, store: Path, version: BatchVersion, cache_bytes: int = 0):
+    def __init__(
+        self, store: Path, version: BatchVersion, cache_bytes: int = 0, threads: int | None = None
+    ):
         self.version = version
-        self.connection = duckdb.connect(str(store / version.path), read_only=True)
+        self.connection = duckdb.connect(
+            str(store / version.path),
+            read_only=True,
+            config={"threads": threads} if threads else {},
+        )
         self.cache = ResultCache(cache_bytes)
         """Batch-only results of this version (it never changes, so neither do they)."""
         self._users = 0
@@ -62,10 +68,14 @@ class BatchSnapshot:
 class BatchReader:
     """Follows ``CURRENT`` and hands out the current snapshot."""
 
-    def __init__(self, store: Path, poll_s: float = 1.0, cache_bytes: int = 0):
+    def __init__(
+        self, store: Path, poll_s: float = 1.0, cache_bytes: int = 0, threads: int | None = None
+    ):
         self.store = store
         self.poll_s = poll_s
         self.cache_bytes = cache_bytes
+        self.threads = threads
+        """DuckDB threads of each opened version (None: DuckDB's default, one per core)."""
         self._current: BatchSnapshot | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -84,7 +94,7 @@ class BatchReader:
             self.error = None  # e.g. rolled back to the version held after a bad pointer
             return
         try:
-            snapshot = BatchSnapshot(self.store, pointer, self.cache_bytes)
+            snapshot = BatchSnapshot(self.store, pointer, self.cache_bytes, self.threads)
         except duckdb.Error as error:
             self._failed(f"cannot open batch version {pointer.version}: {error}")
             return

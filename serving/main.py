@@ -49,9 +49,10 @@ def create_app(
 ) -> FastAPI:
     """The API; stores not given are created from settings and started with the app."""
     settings = settings or get_settings()
-    tables = speed_tables or SpeedTables()
+    threads = settings.serving_duckdb_threads
+    tables = speed_tables or SpeedTables(threads)
     reader = batch_reader or BatchReader(
-        settings.batch_store, cache_bytes=settings.serving_cache_mb * 2**20
+        settings.batch_store, cache_bytes=settings.serving_cache_mb * 2**20, threads=threads
     )
     consumer = SpeedConsumer(settings, tables) if follow_kafka else None
 

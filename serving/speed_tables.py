@@ -138,8 +138,9 @@ Reject = Callable[[int, str], None]
 class SpeedTables:
     """In-process DuckDB tables of the speed views; safe to read while a consumer writes."""
 
-    def __init__(self) -> None:
-        self.connection = duckdb.connect()
+    def __init__(self, threads: int | None = None) -> None:
+        """``threads``: DuckDB's (None: its default, one per core)."""
+        self.connection = duckdb.connect(config={"threads": threads} if threads else {})
         self._lock = threading.Lock()
         self.watermarks: dict[str, datetime] = {}
         self.rejected = 0

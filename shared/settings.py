@@ -221,6 +221,11 @@ class Settings(BaseSettings):
         256, ge=0, description="per API worker: encoded batch-only results kept per batch "
         "version, least recently used dropped first (0 = no cache)",
     )  # fmt: skip
+    serving_duckdb_threads: int = Field(
+        1, ge=1, description="per API worker: threads of each store's DuckDB; one suits many "
+        "small concurrent queries (the request pool runs them side by side), more help a few "
+        "large roll-ups",
+    )  # fmt: skip
 
     @field_validator("kafka_bootstrap")
     @classmethod

@@ -153,6 +153,17 @@ def test_with_another_window_the_default_granularity_is_the_window(
     assert hourly.is_success and hourly.json()["granularity"] == "1h"
 
 
+def test_both_stores_run_duckdb_with_the_threads_setting(tmp_path: Path) -> None:
+    settings = Settings(state_dir=tmp_path, serving_duckdb_threads=3)  # neither 1 nor the cores
+    publish_batch(settings.batch_store)
+    app = create_app(settings, follow_kafka=False)
+    with TestClient(app):
+        with app.state.batch_reader.snapshot() as snapshot:
+            batch = snapshot.cursor().execute("SELECT current_setting('threads')").fetchone()
+        speed = app.state.speed_tables.cursor().execute("SELECT current_setting('threads')")
+        assert (batch, speed.fetchone()) == ((3,), (3,))
+
+
 @pytest.mark.parametrize("page", ["/docs", "/redoc"])
 def test_the_docs_pages_load_nothing_from_another_host(client: TestClient, page: str) -> None:
     html = client.get(page).text
