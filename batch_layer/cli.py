@@ -27,12 +27,12 @@ from shared.settings import get_settings
 batch_app = typer.Typer(
     help="The batch layer: master dataset, nightly recompute, versioned DuckDB publish."
 )
-console = Console()
-errors = Console(stderr=True)
+console = Console(soft_wrap=True)  # long lines stay whole (lambdaline.cli says why)
+errors = Console(stderr=True, soft_wrap=True)
 
 
 def _fail(message: str) -> typer.Exit:
-    errors.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    errors.print(f"[red]error:[/red] {message}", highlight=False)
     return typer.Exit(1)
 
 

@@ -30,8 +30,10 @@ from shared.jvm import JarResolutionError, JvmProfile, resolve_jars
 from shared.settings import Settings, SettingsError, get_settings, parse_duration
 from speed_layer.cli import speed_app
 
-console = Console(stderr=True)
-out = Console()
+# soft wrap: a line longer than the terminal (a path, an error) is never broken
+# in two, so it stays whole when piped to a log or copied
+console = Console(stderr=True, soft_wrap=True)
+out = Console(soft_wrap=True)
 
 app = typer.Typer(
     help="lambdaline: a reference Lambda architecture on Kafka, Spark, DuckDB and FastAPI.",

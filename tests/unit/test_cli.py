@@ -29,6 +29,17 @@ def test_help_lists_the_commands() -> None:
         assert command in result.output
 
 
+def test_a_long_line_stays_whole_when_not_a_terminal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = tmp_path / ("a-long-folder-name-" * 5)  # the line is wider than 80 columns
+    monkeypatch.setenv("LAMBDALINE_STATE_DIR", str(state))
+    result = runner.invoke(app, ["kafka", "status"])
+    assert result.exit_code == 3  # not running, as LSB status commands say
+    # a path broken over two lines cannot be copied, nor found in a log
+    assert f"log {state / 'logs' / 'kafka.log'}\n" in result.output
+
+
 def test_a_bad_setting_stops_any_command_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LAMBDALINE_WATERMARK", "two minutes")
     result = runner.invoke(app, ["kafka", "status"])
