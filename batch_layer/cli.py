@@ -20,6 +20,7 @@ from batch_layer.publish import BatchStoreError, ListedVersion, list_versions, r
 from batch_layer.run import RunReport, batch_spark_session, default_run_date, run_batch
 from batch_layer.schedule import Scheduler, next_run_after, serve_until_signalled
 from shared.batch_store import STORE_TABLES
+from shared.events import format_instant
 from shared.kafka_admin import KafkaUnreachableError, require_kafka
 from shared.logs import configure_logging
 from shared.settings import get_settings
@@ -65,7 +66,7 @@ def summary_table(report: RunReport) -> Table:
     table.add_row("dates recomputed", shown or "none")
     for name, count in report.version.row_counts.items():
         table.add_row(f"rows: {name}", f"{count:,}")
-    table.add_row("horizon", report.version.horizon.isoformat())
+    table.add_row("horizon", format_instant(report.version.horizon))
     for step in ("ingest", "recompute", "publish", "total"):
         table.add_row(f"seconds: {step}", f"{report.seconds.get(step, 0.0):.1f}")
     return table
@@ -111,8 +112,8 @@ def _version_document(listed: ListedVersion) -> dict[str, Any]:
     return {
         "version": manifest.version,
         "path": manifest.path,
-        "horizon": manifest.horizon.isoformat(),
-        "created_at": manifest.created_at.isoformat(),
+        "horizon": format_instant(manifest.horizon),
+        "created_at": format_instant(manifest.created_at),
         "dates": len(manifest.dates),
         "row_counts": manifest.row_counts,
         "current": listed.current,
@@ -174,7 +175,8 @@ def batch_rollback(
         manifest = rollback(settings.batch_store, version)
     except BatchStoreError as error:
         raise _fail(str(error)) from None
-    console.print(f"serving version {manifest.version} (horizon {manifest.horizon.isoformat()})")
+    horizon = format_instant(manifest.horizon)
+    console.print(f"serving version {manifest.version} (horizon {horizon})")
 
 
 @batch_app.command("schedule")

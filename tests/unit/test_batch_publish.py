@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -145,3 +147,17 @@ def test_the_versions_table_reads_in_80_columns(
     assert first[-2:] == ["booth_stats", "1"] and second[-2:] == ["booth_stats", "13"]
     for name in ("vehicle_trips", "expired_registrations", "diagnostics", "dead_letters"):
         assert sum(line.split()[-2:] == [name, "0"] for line in lines) == 2
+
+
+def test_versions_as_json_write_instants_as_the_api_and_current_do(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    publish(tmp_path, booth_rows(("b1", "2026-01-04T10:00", 2)), [date(2026, 1, 4)], horizon_day=5)
+    monkeypatch.setenv("LAMBDALINE_BATCH_STORE_DIR", str(tmp_path))
+
+    [listed] = json.loads(CliRunner().invoke(app, ["batch", "versions", "--json"]).output)
+
+    assert listed["horizon"] == "2026-01-05T00:00:00.000Z"  # ISO-8601 UTC, milliseconds
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", listed["created_at"])
+    current = json.loads((tmp_path / "CURRENT").read_text())
+    assert (listed["horizon"], listed["created_at"]) == (current["horizon"], current["created_at"])
