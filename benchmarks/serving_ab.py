@@ -22,22 +22,17 @@ there. Everything it starts it stops, by pid.
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-import httpx
-from serving_load import API_KEY, booth_day, full_day, populate
+from serving_load import API_KEY, booth_day, full_day, populated_store, start_server, wait_ready
 
 from lambdaline.bench.load import open_loop
 from lambdaline.bench.measure import cpu_seconds_of_tree, percentile
-from lambdaline.kafka_broker import ephemeral_broker, free_port
-from lambdaline.processes import stop_process, wait_until_answers
-from lambdaline.topics import create_topics
+from lambdaline.processes import stop_process
 
 
 def checked_environment(checkout: Path, base: dict[str, str]) -> dict[str, str]:
@@ -64,33 +59,14 @@ def main() -> None:
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
-    with (
-        tempfile.TemporaryDirectory(prefix="lambdaline-bench-serving-ab-") as state,
-        ephemeral_broker(Path(state)) as settings,
-    ):
-        create_topics(settings)
-        print("populating the batch store ...", flush=True)
-        populate(settings.batch_store)
-        base = {
-            **os.environ, "LAMBDALINE_STATE_DIR": str(settings.state_dir),
-            "LAMBDALINE_KAFKA_BOOTSTRAP": settings.kafka_bootstrap, "LAMBDALINE_API_KEYS": API_KEY,
-            "LAMBDALINE_SERVING_CACHE_MB": str(args.cache_mb),
-        }  # fmt: skip
+    with populated_store(args.cache_mb) as (_, base):
         servers: dict[str, tuple[int, subprocess.Popen[bytes]]] = {}
         try:
             for name, checkout in (("A", args.a.resolve()), ("B", args.b.resolve())):
-                port = free_port()
-                servers[name] = port, subprocess.Popen(
-                    [sys.executable, "-m", "lambdaline.cli", "serve", "--port", str(port),
-                     "--workers", str(args.workers)],
-                    env=checked_environment(checkout, base), cwd=checkout,
-                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                )  # fmt: skip
+                environment = checked_environment(checkout, base)
+                servers[name] = start_server(environment, args.workers, cwd=checkout)
             for name, (port, server) in servers.items():
-                with httpx.Client(base_url=f"http://127.0.0.1:{port}") as client:
-                    if not wait_until_answers(client, 60, process=server):
-                        raise SystemExit(f"server {name} did not become ready in 60 s")
-                open_loop(port, API_KEY, booth_day, 50, 2)  # warm up
+                wait_ready(port, server, f"server {name}")
             rounds: dict[str, list[tuple[float, float, float]]] = {"A": [], "B": []}
             for number in range(args.rounds):
                 for name in ("A", "B") if number % 2 == 0 else ("B", "A"):

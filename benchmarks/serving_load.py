@@ -40,6 +40,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
@@ -51,9 +53,10 @@ from batch_layer.publish import empty_store_tables, publish_version
 from lambdaline.bench.load import open_loop
 from lambdaline.bench.measure import cpu_seconds_of_tree, percentile
 from lambdaline.kafka_broker import ephemeral_broker, free_port
-from lambdaline.processes import wait_until_answers
+from lambdaline.processes import stop_process, wait_until_answers
 from lambdaline.topics import create_topics
 from shared.batch_store import version_file
+from shared.settings import Settings
 
 BOOTHS, DAYS, FIRST_DAY = 50, 60, date(2026, 1, 1)
 API_KEY = "bench-key"
@@ -204,6 +207,48 @@ def raw_duckdb(path: Path, repeats: int = 2000) -> list[float]:
     return timings
 
 
+@contextmanager
+def populated_store(cache_mb: int | None) -> Iterator[tuple[Settings, dict[str, str]]]:
+    """A broker of its own and the populated batch store in a temporary state folder,
+    with the environment that points ``lambdaline serve`` at them."""
+    with (
+        tempfile.TemporaryDirectory(prefix="lambdaline-bench-serving-") as state,
+        ephemeral_broker(Path(state)) as settings,
+    ):
+        create_topics(settings)
+        print("populating the batch store ...", flush=True)
+        populate(settings.batch_store)
+        environment = {
+            **os.environ, "LAMBDALINE_STATE_DIR": str(settings.state_dir),
+            "LAMBDALINE_KAFKA_BOOTSTRAP": settings.kafka_bootstrap, "LAMBDALINE_API_KEYS": API_KEY,
+        }  # fmt: skip
+        if cache_mb is not None:
+            environment["LAMBDALINE_SERVING_CACHE_MB"] = str(cache_mb)
+        yield settings, environment
+
+
+def start_server(
+    environment: dict[str, str], workers: int, cwd: Path | None = None
+) -> tuple[int, subprocess.Popen[bytes]]:
+    """``lambdaline serve`` on a free port, in a process group of its own: (port, process)."""
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "lambdaline.cli", "serve", "--port", str(port),
+         "--workers", str(workers)],
+        env=environment, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+    return port, server
+
+
+def wait_ready(port: int, server: subprocess.Popen[bytes], name: str = "the server") -> None:
+    """Until ``/readyz`` answers 200 (at most 60 s), then a short warm-up load."""
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}") as client:
+        if not wait_until_answers(client, 60, process=server):
+            raise SystemExit(f"{name} did not become ready in 60 s")
+    open_loop(port, API_KEY, booth_day, 50, 2)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rates", default="100,250,500,1000")
@@ -221,32 +266,11 @@ def main() -> None:
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
-    with (
-        tempfile.TemporaryDirectory(prefix="lambdaline-bench-serving-") as state,
-        ephemeral_broker(Path(state)) as settings,
-    ):
-        create_topics(settings)
-        print("populating the batch store ...", flush=True)
-        populate(settings.batch_store)
-        port = free_port()
-        environment = {
-            **os.environ, "LAMBDALINE_STATE_DIR": str(settings.state_dir),
-            "LAMBDALINE_KAFKA_BOOTSTRAP": settings.kafka_bootstrap, "LAMBDALINE_API_KEYS": API_KEY,
-        }  # fmt: skip
-        if args.cache_mb is not None:
-            environment["LAMBDALINE_SERVING_CACHE_MB"] = str(args.cache_mb)
-        server = subprocess.Popen(
-            [sys.executable, "-m", "lambdaline.cli", "serve", "--port", str(port),
-             "--workers", str(args.workers)],
-            env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )  # fmt: skip
+    with populated_store(args.cache_mb) as (settings, environment):
+        port, server = start_server(environment, args.workers)
         try:
             base_url = f"http://127.0.0.1:{port}"
-            with httpx.Client(base_url=base_url) as client:
-                if not wait_until_answers(client, 60, process=server):
-                    raise SystemExit("the server did not become ready in 60 s")
-            open_loop(port, API_KEY, booth_day, 50, 2)  # warm up
+            wait_ready(port, server)
             if args.shapes:
                 time_shapes(base_url)
             if args.cache_mb != 0 and not args.cold:
@@ -275,8 +299,7 @@ def main() -> None:
                     flush=True,
                 )
         finally:
-            os.killpg(server.pid, signal.SIGTERM)
-            server.wait(timeout=30)
+            stop_process(server, grace=30)
         raw = raw_duckdb(version_file(settings.batch_store, 1))
         p50, p99 = percentile(raw, 0.5) * 1000, percentile(raw, 0.99) * 1000
         print(f"raw DuckDB booth-day query (same SQL): p50 {p50:.2f} ms, p99 {p99:.2f} ms")
