@@ -318,8 +318,11 @@ def demo(
         bool, typer.Option("--fresh", help="delete the demo's earlier state and begin anew")
     ] = False,
 ) -> None:
-    """Run the whole Lambda system in simulated time until Ctrl-C: broker, generator,
-    speed job, batch schedule and API. Ctrl-C stops every process it started, by pid."""
+    """Run the whole Lambda system in simulated time until Ctrl-C.
+
+    Broker, generator, speed job, batch schedule and API, each a process of its own.
+
+    Ctrl-C stops every process it started, by pid."""
     settings = _settings()
     with _clear_errors():
         try:
@@ -346,8 +349,9 @@ def bench(
     ] = "25,50,100,200",
     load_seconds: Annotated[float, typer.Option(min=0.5, help="seconds per load rate")] = 8.0,
 ) -> None:
-    """Run one seeded dataset through both layers on this machine and compare them:
-    results.json, report.md and PNG charts in a new folder under --out."""
+    """Run one seeded dataset through both layers on this machine and compare them.
+
+    Writes results.json, report.md and PNG charts to a new folder under --out."""
     from lambdaline.bench import run as bench_run  # matplotlib and co.: only for this command
 
     settings = _settings()
