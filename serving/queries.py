@@ -207,8 +207,16 @@ def _cursor(
     return batch.cursor()
 
 
-def booth_known(booth_id: str, batch: BatchSnapshot | None, speed: SpeedTables) -> bool:
-    """True if either store has ever counted a vehicle at this booth."""
-    text = 'SELECT 1 FROM "booth_stats" WHERE "booth_id" = ? LIMIT 1'
-    cursors = [speed.cursor()] + ([batch.cursor()] if batch is not None else [])
-    return any(_fetch(cursor, text, [booth_id]) for cursor in cursors)
+KNOWN_IN = {
+    "booth_id": ("booth_stats",),
+    "license_plate": ("vehicle_trips", "expired_registrations"),
+}
+"""Where a path key is looked up when its answer is empty: a key none of these views
+holds, in either store, is unknown (404), not merely quiet in the range asked for."""
+
+
+def key_known(column: str, value: str, batch: BatchSnapshot | None, speed: SpeedTables) -> bool:
+    """True if either store holds a row with this ``column`` value in a table of ``KNOWN_IN``."""
+    texts = [f'SELECT 1 FROM "{table}" WHERE "{column}" = ? LIMIT 1' for table in KNOWN_IN[column]]
+    stores = [speed.cursor] + ([batch.cursor] if batch is not None else [])
+    return any(_fetch(cursor(), text, [value]) for cursor in stores for text in texts)

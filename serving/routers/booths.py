@@ -18,7 +18,7 @@ from serving.deps import (
     keyed_router,
 )
 from serving.models import BoothStatsRow, Problem, ViewResponse
-from serving.queries import ViewQuery, booth_known
+from serving.queries import ViewQuery, key_known
 from serving.responses import view_response, view_rows
 from shared.settings import duration_label
 
@@ -58,7 +58,7 @@ async def _stats(
     if (
         booth_id is not None
         and not rows.rows.count
-        and not await run_in_threadpool(booth_known, booth_id, batch, speed)
+        and not await run_in_threadpool(key_known, "booth_id", booth_id, batch, speed)
     ):
         raise HTTPException(404, detail="booth not found")
     return view_response(rows, speed.watermark, granularity or duration_label(window))

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
-from fastapi import Response
+from fastapi import HTTPException, Response
+from starlette.concurrency import run_in_threadpool
 
 from serving.deps import BatchDep, Limit, SpeedDep, TimeRangeDep, keyed_router
-from serving.models import VehicleTripRow, ViewResponse
-from serving.queries import ViewQuery
+from serving.models import Problem, VehicleTripRow, ViewResponse
+from serving.queries import ViewQuery, key_known
 from serving.responses import view_response, view_rows
 
 router = keyed_router("/v1", "vehicles")
 
 
-@router.get("/vehicles/{license_plate}/trips", response_model=ViewResponse[VehicleTripRow])
+@router.get(
+    "/vehicles/{license_plate}/trips",
+    response_model=ViewResponse[VehicleTripRow],
+    responses={404: {"model": Problem}},
+)
 async def vehicle_trips(
     license_plate: str,
     time_range: TimeRangeDep,
@@ -24,4 +29,9 @@ async def vehicle_trips(
     query = ViewQuery(
         "vehicle_trips", time_range.start, time_range.end, {"license_plate": license_plate}, limit
     )
-    return view_response(await view_rows(query, batch, speed), speed.watermark)
+    rows = await view_rows(query, batch, speed)
+    if not rows.rows.count and not await run_in_threadpool(
+        key_known, "license_plate", license_plate, batch, speed
+    ):
+        raise HTTPException(404, detail="vehicle not found")
+    return view_response(rows, speed.watermark)

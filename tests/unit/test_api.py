@@ -88,6 +88,21 @@ def test_an_unknown_booth_is_404(client: TestClient) -> None:
     assert response.json() == {"detail": "booth not found"}
 
 
+def test_an_unknown_vehicle_is_404_and_a_known_one_without_trips_is_not(
+    client: TestClient,
+) -> None:
+    unknown = client.get("/v1/vehicles/NOPE/trips", params=DAY, headers=KEY)
+    assert unknown.status_code == 404
+    assert unknown.json() == {"detail": "vehicle not found"}
+    # P2 has an expired-registration alert and no trip; P1 has trips, none on 2026-01-04
+    alerted = client.get("/v1/vehicles/P2/trips", params=DAY, headers=KEY)
+    quiet_day = {"from": "2026-01-04T00:00:00Z", "to": "2026-01-05T00:00:00Z"}
+    travelled = client.get("/v1/vehicles/P1/trips", params=quiet_day, headers=KEY)
+    for response in (alerted, travelled):
+        assert response.status_code == 200
+        assert response.json()["rows"] == []
+
+
 @pytest.mark.parametrize(
     ("params", "field", "message"),
     [
