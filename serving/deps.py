@@ -132,4 +132,11 @@ async def time_range(
 
 
 TimeRangeDep = Annotated[TimeRange, Depends(time_range)]
-Limit = Annotated[int, Query(ge=1, le=100_000, description="at most this many rows")]
+Limit = Annotated[
+    int,
+    Query(
+        ge=1,
+        le=100_000,
+        description="at most this many rows (the response's `truncated` says if there were more)",
+    ),
+]

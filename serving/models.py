@@ -75,6 +75,10 @@ class ViewResponse(BaseModel, Generic[RowT]):
         description="event time up to which the speed layer's results are complete"
     )
     granularity: str | None = None
+    truncated: bool = Field(
+        description="true when the range holds more rows than `limit`: these are the first "
+        "`limit` in key order; narrow the range or raise `limit` for the rest"
+    )
     rows: list[RowT]
 
 

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from itertools import islice
-from typing import Any
+from typing import Any, TypeVar
 
 import duckdb
 
@@ -39,6 +39,8 @@ from serving.speed_tables import SpeedTables
 from shared.batch_store import STORE_TABLE_BY_NAME
 from shared.events import INSTANT_STRFTIME
 from shared.merge import BOOTH_STATS_ROLL_UP, EPOCH, Row, Source, roll_up_booth_stats, sources_for
+
+T = TypeVar("T")
 
 
 def naive_utc(moment: datetime) -> datetime:
@@ -79,9 +81,10 @@ class ViewQuery:
         return " AND ".join(conditions), params
 
     def _limited(self, text: str, params: list[Any]) -> tuple[str, list[Any]]:
+        """One row more than the limit, so that the answer can say whether the range holds more."""
         if self.limit is None:
             return text, params
-        return f"{text} LIMIT ?", [*params, self.limit]
+        return f"{text} LIMIT ?", [*params, self.limit + 1]
 
     def sql(
         self, side: Source, horizon: datetime | None, keyed: bool = False
@@ -149,9 +152,16 @@ def _fetch(cursor: duckdb.DuckDBPyConnection, text: str, params: list[Any]) -> l
         cursor.close()
 
 
+def at_most(rows: list[T], limit: int | None) -> tuple[list[T], bool]:
+    """The first ``limit`` rows, and whether there were more (the queries read one more)."""
+    if limit is None or len(rows) <= limit:
+        return rows, False
+    return rows[:limit], True
+
+
 def rolled_up_rows(
     query: ViewQuery, batch: BatchSnapshot | None, speed: SpeedTables, size: timedelta
-) -> list[Row]:
+) -> tuple[list[Row], bool]:
     """``booth_stats`` merged at the horizon and rolled up to buckets of ``size``, typed.
 
     Each store rolls up its own side of the horizon in SQL (``rolled_up_sql``:
@@ -160,14 +170,15 @@ def rolled_up_rows(
     of the merged rows, since every roll-up is associative: a bucket the horizon
     cuts gets one part from each store and is ``mixed``. The limit counts
     buckets; each store's first ``limit`` parts hold every part of the first
-    ``limit`` buckets, so the SQL applies it too.
+    ``limit`` buckets, so the SQL applies it too (plus one, as :func:`at_most`
+    needs). Also says whether the limit cut buckets off.
     """
     horizon = batch.version.horizon if batch is not None else None
     parts: list[Row] = []
     for side in sources_for(query.start, query.end, horizon):
         rows = _fetch(_cursor(side, batch, speed), *query.rolled_up_sql(side, horizon, size))
         parts += [{**row, "source": side.value} for row in rows]
-    return roll_up_booth_stats(parts, size)[: query.limit]
+    return at_most(roll_up_booth_stats(parts, size), query.limit)
 
 
 def encoded_rows(query: ViewQuery, batch: BatchSnapshot | None, speed: SpeedTables) -> Encoded:
@@ -192,10 +203,12 @@ def encoded_rows(query: ViewQuery, batch: BatchSnapshot | None, speed: SpeedTabl
             cursor.close()
     if keyed:
         merged = heapq.merge(*parts, key=lambda row: row[:-1])
-        objects = [row[-1] for row in islice(merged, query.limit)]
+        read = (row[-1] for row in merged)
+        firsts = list(read if query.limit is None else islice(read, query.limit + 1))
     else:
-        objects = [row for part in parts for (row,) in part]
-    return Encoded(f"[{','.join(objects)}]".encode(), len(objects))
+        firsts = [row for part in parts for (row,) in part]
+    objects, truncated = at_most(firsts, query.limit)
+    return Encoded(f"[{','.join(objects)}]".encode(), len(objects), truncated)
 
 
 def _cursor(

@@ -48,8 +48,9 @@ def _json_value(value: Any) -> str:
     raise TypeError(f"cannot encode {type(value).__name__} as JSON")
 
 
-def encode_rows(rows: list[Row]) -> Encoded:
-    return Encoded(json.dumps(rows, separators=(",", ":"), default=_json_value).encode(), len(rows))
+def encode_rows(rows: list[Row], truncated: bool = False) -> Encoded:
+    text = json.dumps(rows, separators=(",", ":"), default=_json_value)
+    return Encoded(text.encode(), len(rows), truncated)
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,7 @@ def _read(
     roll_up_to: timedelta | None,
 ) -> Encoded:
     if roll_up_to is not None:
-        return encode_rows(rolled_up_rows(query, batch, speed, roll_up_to))
+        return encode_rows(*rolled_up_rows(query, batch, speed, roll_up_to))
     return encoded_rows(query, batch, speed)
 
 
@@ -111,6 +112,7 @@ def view_response(
     }
     if granularity is not None:
         head["granularity"] = granularity
+    head["truncated"] = view.rows.truncated
     opened = json.dumps(head, separators=(",", ":"))[:-1].encode()  # without the closing brace
     return Response(
         b"".join((opened, b',"rows":', view.rows.json, b"}")),

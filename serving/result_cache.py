@@ -23,10 +23,11 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Encoded:
-    """A view's rows as a JSON array, and how many there are."""
+    """A view's rows as a JSON array, how many there are, and whether the limit cut some off."""
 
     json: bytes
     count: int
+    truncated: bool = False
 
 
 class ResultCache:

@@ -53,6 +53,7 @@ def test_booth_stats_merge_batch_below_the_horizon_with_speed_from_it(client: Te
     assert body["batch_version"] == 1
     assert body["speed_watermark"] == "2026-01-06T00:58:00.000Z"
     assert body["granularity"] == "5m"
+    assert body["truncated"] is False
     ViewResponse[BoothStatsRow].model_validate_json(response.text)  # the body is what /docs says
     assert [(r["window_start"], r["vehicle_count"], r["total_toll"], r["source"]) for r in body["rows"]] == [
         ("2026-01-05T23:50:00.000Z", 3, "7.50", "batch"),
@@ -75,11 +76,18 @@ def test_hourly_and_daily_roll_ups_come_after_the_merge(client: TestClient) -> N
     ]  # fmt: skip
 
 
-def test_all_booths_with_a_limit(client: TestClient) -> None:
+def test_all_booths_with_a_limit_say_whether_it_cut_rows_off(client: TestClient) -> None:
     response = client.get("/v1/stats", params={**DAY, "limit": 2}, headers=KEY)
     assert [(r["booth_id"], r["window_start"]) for r in response.json()["rows"]] == [
         ("b1", "2026-01-05T23:50:00.000Z"), ("b1", "2026-01-05T23:55:00.000Z"),
     ]  # fmt: skip
+    assert response.json()["truncated"] is True
+    # six rows in the range: three batch rows below the horizon, three speed rows from it
+    for limit, truncated in ((5, True), (6, False)):
+        body = client.get("/v1/stats", params={**DAY, "limit": limit}, headers=KEY).json()
+        assert (len(body["rows"]), body["truncated"]) == (min(limit, 6), truncated)
+    daily = {**DAY, "granularity": "1d", "limit": 3}  # four daily buckets (see the test above)
+    assert client.get("/v1/stats", params=daily, headers=KEY).json()["truncated"] is True
 
 
 def test_an_unknown_booth_is_404(client: TestClient) -> None:

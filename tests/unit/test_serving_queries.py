@@ -144,6 +144,32 @@ def test_duckdb_json_is_what_the_merge_path_encodes(
     rows = json.loads(encoded.json)
     assert rows == general(query, batch, speed)
     assert encoded.count == len(rows)
+    everything = reference_rows(replace(query, limit=None), batch, speed)
+    assert encoded.truncated == (len(everything) > len(rows))
+
+
+@pytest.mark.parametrize(
+    ("end", "in_range"),
+    [(HORIZON, 4), (datetime(2026, 1, 7, tzinfo=UTC), 4 + 4)],
+    ids=["batch", "batch+speed"],
+)
+def test_truncated_says_whether_the_range_held_more_rows_than_the_limit(
+    stores: tuple[BatchSnapshot, SpeedTables], end: datetime, in_range: int
+) -> None:
+    """booth_stats from 2026-01-05: four batch rows below H, four speed rows from it to the 7th."""
+    batch, speed = stores
+    for limit, count, truncated in (
+        (in_range - 1, in_range - 1, True),
+        (in_range, in_range, False),
+        (None, in_range, False),
+    ):
+        query = ViewQuery("booth_stats", datetime(2026, 1, 5, tzinfo=UTC), end, {}, limit)
+        encoded = encoded_rows(query, batch, speed)
+        assert (encoded.count, len(json.loads(encoded.json)), encoded.truncated) == (
+            count,
+            count,
+            truncated,
+        )
 
 
 def test_the_hand_written_rows_of_a_batch_only_day(
@@ -225,9 +251,11 @@ def test_roll_ups_in_sql_are_the_roll_up_of_the_merged_rows(
     batch, speed = filled_stores(tmp_path, horizon)
     try:
         query = ViewQuery("booth_stats", start, end, filters, limit)
-        rows = rolled_up_rows(query, batch, speed, size)
+        rows, truncated = rolled_up_rows(query, batch, speed, size)
         assert json.loads(encode_rows(rows).json) == general(query, batch, speed, size)
         assert rows == reference_rows(query, batch, speed, size)  # types too, not only JSON
+        everything = reference_rows(replace(query, limit=None), batch, speed, size)
+        assert truncated == (len(everything) > len(rows))
     finally:
         batch.retire()
 
@@ -243,7 +271,7 @@ def test_the_hand_written_buckets_of_a_horizon_inside_them(tmp_path: Path) -> No
         hours = [
             (r["window_start"], r["window_end"], r["vehicle_count"], r["total_toll"],
              r["first_entry_time"], r["last_entry_time"], r["source"])
-            for r in rolled_up_rows(query, batch, speed, HOUR)
+            for r in rolled_up_rows(query, batch, speed, HOUR)[0]
         ]  # fmt: skip
         # b1's batch row of 23:55 is at the horizon, so the speed row of 23:55 (99) counts
         assert hours == [
@@ -252,15 +280,22 @@ def test_the_hand_written_buckets_of_a_horizon_inside_them(tmp_path: Path) -> No
             (datetime(2026, 1, 6), datetime(2026, 1, 6, 1), 2 + 4, Decimal("13.00"),
              datetime(2026, 1, 6), datetime(2026, 1, 6, 0, 5), "speed"),
         ]  # fmt: skip
-        days = rolled_up_rows(query, batch, speed, DAY)
+        days, _ = rolled_up_rows(query, batch, speed, DAY)
         assert [(r["window_start"], r["vehicle_count"], r["source"]) for r in days] == [
             (datetime(2026, 1, 5), 102, "mixed"), (datetime(2026, 1, 6), 6, "speed"),
         ]  # fmt: skip
         every_booth = replace(query, filters={})
-        assert [(r["booth_id"], r["vehicle_count"], r["source"])
-                for r in rolled_up_rows(every_booth, batch, speed, DAY)] == [
+        buckets, truncated = rolled_up_rows(every_booth, batch, speed, DAY)
+        assert [(r["booth_id"], r["vehicle_count"], r["source"]) for r in buckets] == [
             (AWKWARD, 4, "batch"), (AWKWARD, 7, "speed"), ("b0", 2, "batch"),
             ("b1", 102, "mixed"), ("b1", 6, "speed"), ("b3", 5, "speed"),
         ]  # fmt: skip
+        assert not truncated
+        # the limit counts buckets: six, so five leave one out and six do not
+        for limit, count, cut in ((5, 5, True), (6, 6, False)):
+            buckets, truncated = rolled_up_rows(
+                replace(every_booth, limit=limit), batch, speed, DAY
+            )
+            assert (len(buckets), truncated) == (count, cut)
     finally:
         batch.retire()
