@@ -43,7 +43,10 @@ def _run_date(value: str | None) -> date:
     try:
         return date.fromisoformat(value)
     except ValueError:
-        raise typer.BadParameter(f"{value!r} is not a date (YYYY-MM-DD)") from None
+        # parsed in the command's body, so the option is named here (click cannot know it)
+        raise typer.BadParameter(
+            f"{value!r} is not a date (YYYY-MM-DD)", param_hint="'--date'"
+        ) from None
 
 
 def summary_table(report: RunReport) -> Table:

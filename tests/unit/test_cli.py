@@ -120,7 +120,7 @@ def test_unreachable_maven_central_is_said_plainly(
 def test_batch_run_rejects_a_bad_date() -> None:
     result = runner.invoke(app, ["batch", "run", "--date", "yesterday"])
     assert result.exit_code == 2
-    assert "'yesterday' is not a date (YYYY-MM-DD)" in result.output
+    assert "Invalid value for '--date': 'yesterday' is not a date (YYYY-MM-DD)" in result.output
 
 
 def test_batch_schedule_rejects_a_bad_cron_expression() -> None:
