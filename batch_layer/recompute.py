@@ -102,7 +102,8 @@ def dates_to_recompute(
     for day in inventory.touched(VEHICLE_REGISTRATION.name, after):
         touched |= _days(day, max(day, run_date))
 
-    lookback = _days(run_date - timedelta(days=lookback_days - 1), run_date)
+    # by distance, not by a first date: any lookback is valid (a huge one recomputes everything)
+    lookback = {day for day in with_data if (run_date - day).days < lookback_days}
     return sorted((new | touched | lookback) & with_data)
 
 

@@ -65,6 +65,13 @@ def test_lookback_dates_with_data_are_always_recomputed() -> None:
     assert choose(found, d(4), d(5), 0, lookback=3) == [d(3), d(4)]  # d(2) has no data
 
 
+def test_a_lookback_longer_than_the_calendar_recomputes_every_date_up_to_the_run_date() -> None:
+    """The way to rebuild every view after a rule changed (was an OverflowError)."""
+    found = inventory(entries={(d(1), 0), (d(3), 0), (d(4), 0), (d(9), 0)})
+    for lookback in (4, 10**9):  # 4 days ending on the 4th reach back to the 1st
+        assert choose(found, d(4), d(5), 0, lookback=lookback) == [d(1), d(3), d(4)]
+
+
 def test_dates_after_the_run_date_wait_for_a_later_run() -> None:
     found = inventory(entries={(d(1), 0), (d(2), 5), (d(3), 5)}, registrations={(d(2), 5)})
     assert choose(found, d(2), d(2), 0) == [d(2)]
