@@ -195,7 +195,7 @@ def batch_schedule(
     if not croniter.is_valid(expression):
         raise typer.BadParameter(
             f"{expression!r} is not a cron expression (minute hour day month weekday)",
-            param_hint="--cron",
+            param_hint="'--cron'",
         )
     scheduler = Scheduler(expression)
     first = next_run_after(expression, scheduler.clock())

@@ -170,18 +170,24 @@ def topics_table(outcomes: list[TopicOutcome]) -> Table:
 # --- generate ----------------------------------------------------------------------
 
 
-def _instant(value: str) -> datetime:
+# parsed in the command's body, so each error names its option (click cannot know it)
+
+
+def _instant(value: str, option: str) -> datetime:
     try:
         return parse_instant(value)
     except ValueError:
-        raise typer.BadParameter(f"{value!r}: not an instant with a time zone") from None
+        raise typer.BadParameter(
+            f"{value!r} is not an instant with a time zone, e.g. 2026-01-05T06:00:00Z",
+            param_hint=f"'{option}'",
+        ) from None
 
 
 def _duration(text: str, option: str) -> timedelta:
     parsed = parse_duration(text)
-    if not isinstance(parsed, timedelta):
+    if not isinstance(parsed, timedelta) or parsed <= timedelta(0):
         raise typer.BadParameter(
-            f"{text!r} is not a duration like 90s, 3m or 1h", param_hint=option
+            f"{text!r} is not a positive duration like 90s, 3m or 1h", param_hint=f"'{option}'"
         )
     return parsed
 
@@ -268,10 +274,13 @@ def generate(
     settings = _settings()
     lateness = _duration(late_mean, "--late-mean")
     stop_after = None if duration is None else _duration(duration, "--duration")
+    first = (
+        datetime.now(UTC).replace(microsecond=0) if start == "now" else _instant(start, "--start")
+    )
     try:
         config = event_generator.GeneratorConfig(
             events=events, seed=seed,
-            start=datetime.now(UTC).replace(microsecond=0) if start == "now" else _instant(start),
+            start=first,
             traffic=traffic, rate=rate, speedup=speedup, booths=booths, plates=plates,
             late=late, late_mean=lateness, duplicate=duplicate, malformed=malformed,
             expired=expired, unregistered=unregistered, missing_exit=missing_exit,

@@ -240,12 +240,14 @@ class Settings(BaseSettings):
         "max_future_skew",
         "speed_retention",
         "kafka_timeout",
+        "kafka_start_timeout",
+        "input_retention",  # none keeps forever; 0 would have Kafka delete every record
         "speed_trigger",
         "speed_lookup_trigger",
     )
     @classmethod
-    def _positive(cls, value: timedelta) -> timedelta:
-        if value <= timedelta(0):
+    def _positive(cls, value: timedelta | None) -> timedelta | None:
+        if value is not None and value <= timedelta(0):
             raise ValueError("must be a positive duration")
         return value
 

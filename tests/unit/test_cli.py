@@ -22,6 +22,11 @@ from shared.topics import all_topics
 runner = CliRunner()
 
 
+def error_text(output: str) -> str:
+    """Click's error as one line: rich draws it in a box and wraps it at 80 columns."""
+    return " ".join(output.replace("│", " ").split())
+
+
 def test_help_lists_the_commands() -> None:
     result = runner.invoke(app, ["--help"])
     assert result.exit_code == 0
@@ -53,7 +58,26 @@ def test_generate_rejects_a_start_without_time_zone(tmp_path: Path) -> None:
         app, ["generate", "--events", "5", "--start", "2026-01-01T00:00:00", "--out", str(out)]
     )
     assert result.exit_code == 2
-    assert "time zone" in result.output
+    assert (
+        "Invalid value for '--start': '2026-01-01T00:00:00' is not an instant with a time zone"
+        in error_text(result.output)
+    )
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("--duration", "-5m"), ("--duration", "0s"), ("--late-mean", "-3m"), ("--late-mean", "soon")],
+)
+def test_generate_rejects_a_duration_that_is_not_positive(
+    tmp_path: Path, option: str, value: str
+) -> None:
+    """A negative mean lateness sent 'late' records early; a zero duration generated nothing."""
+    out = tmp_path / "x.jsonl"
+    result = runner.invoke(app, ["generate", "--events", "5", option, value, "--out", str(out)])
+    assert result.exit_code == 2
+    message = f"Invalid value for '{option}': '{value}' is not a positive duration"
+    assert message in error_text(result.output)
     assert not out.exists()
 
 
@@ -120,7 +144,8 @@ def test_unreachable_maven_central_is_said_plainly(
 def test_batch_run_rejects_a_bad_date() -> None:
     result = runner.invoke(app, ["batch", "run", "--date", "yesterday"])
     assert result.exit_code == 2
-    assert "Invalid value for '--date': 'yesterday' is not a date (YYYY-MM-DD)" in result.output
+    message = "Invalid value for '--date': 'yesterday' is not a date (YYYY-MM-DD)"
+    assert message in error_text(result.output)
 
 
 def test_batch_schedule_rejects_a_bad_cron_expression() -> None:

@@ -63,6 +63,8 @@ def test_toml_file_is_read_and_environment_wins(
         ("LAMBDALINE_KAFKA_PARTITIONS", "0", "LAMBDALINE_KAFKA_PARTITIONS"),
         ("LAMBDALINE_TOPICS__ENTRIES", "bad topic!", "LAMBDALINE_TOPICS__ENTRIES"),
         ("LAMBDALINE_SPEED_LOOKUP_TRIGGER", "0s", "LAMBDALINE_SPEED_LOOKUP_TRIGGER"),
+        ("LAMBDALINE_INPUT_RETENTION", "0s", "LAMBDALINE_INPUT_RETENTION"),
+        ("LAMBDALINE_KAFKA_START_TIMEOUT", "-90s", "LAMBDALINE_KAFKA_START_TIMEOUT"),
     ],
 )
 def test_a_bad_setting_fails_naming_it(
