@@ -21,9 +21,10 @@ from batch_layer.run import RunReport, batch_spark_session, default_run_date, ru
 from batch_layer.schedule import Scheduler, next_run_after, serve_until_signalled
 from shared.batch_store import STORE_TABLES
 from shared.events import format_instant
-from shared.kafka_admin import KafkaUnreachableError, require_kafka
+from shared.kafka_admin import KafkaNotReadyError, require_kafka
 from shared.logs import configure_logging
 from shared.settings import get_settings
+from shared.topics import input_topics
 
 batch_app = typer.Typer(
     help="The batch layer: master dataset, nightly recompute, versioned DuckDB publish."
@@ -96,8 +97,8 @@ def batch_run(
 
     signal.signal(signal.SIGTERM, terminate)
     try:
-        require_kafka(settings)
-    except KafkaUnreachableError as error:
+        require_kafka(settings, input_topics(settings))
+    except KafkaNotReadyError as error:
         raise _fail(str(error)) from None
     spark = batch_spark_session(settings)
     lookback = settings.batch_lookback_days if lookback_days is None else lookback_days

@@ -9,6 +9,7 @@ saying why.
 from __future__ import annotations
 
 import socket
+from collections.abc import Collection
 from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer
@@ -17,8 +18,16 @@ from kafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 from shared.settings import Settings
 
 
-class KafkaUnreachableError(Exception):
-    """The configured cluster did not answer; the message says where it looked and what to do."""
+class KafkaNotReadyError(Exception):
+    """The cluster cannot serve a job yet; the message says where it looked and what to do."""
+
+
+class KafkaUnreachableError(KafkaNotReadyError):
+    """The configured cluster did not answer."""
+
+
+class KafkaTopicsMissingError(KafkaNotReadyError):
+    """The cluster answered but lacks topics the job reads or writes."""
 
 
 def port_open(host: str, port: int) -> bool:
@@ -45,12 +54,18 @@ def admin_client(settings: Settings, client_id: str = "lambdaline") -> KafkaAdmi
     )
 
 
-def require_kafka(settings: Settings) -> None:
-    """Return if the cluster answers a cluster description; raise KafkaUnreachableError if not."""
+def require_kafka(settings: Settings, topics: Collection[str] = ()) -> None:
+    """Return if the cluster answers and holds ``topics``; raise a KafkaNotReadyError if not.
+
+    Without the check, Spark's Kafka source retries a missing topic and then
+    fails with a Java stack trace of hundreds of lines, and its sink waits a
+    minute for a topic's metadata first.
+    """
     try:
         admin = admin_client(settings, client_id="lambdaline-check")
         try:
             admin.describe_cluster()
+            missing = sorted(set(topics) - set(admin.list_topics())) if topics else []
         finally:
             admin.close()
     except (KafkaConnectionError, KafkaTimeoutError, KafkaError) as error:
@@ -58,6 +73,11 @@ def require_kafka(settings: Settings) -> None:
             f"cannot reach Kafka at {settings.kafka_bootstrap} ({error}); start the embedded "
             "broker with `lambdaline kafka start` or set LAMBDALINE_KAFKA_BOOTSTRAP"
         ) from None
+    if missing:
+        raise KafkaTopicsMissingError(
+            f"Kafka at {settings.kafka_bootstrap} has no topic {', '.join(missing)}; create "
+            "them with `lambdaline topics create` (names from the topics.* settings)"
+        )
 
 
 class _Consumer(KafkaConsumer):  # type: ignore[misc]  # kafka-python has no type hints

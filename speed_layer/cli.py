@@ -7,9 +7,10 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from shared.kafka_admin import KafkaUnreachableError, require_kafka
+from shared.kafka_admin import KafkaNotReadyError, require_kafka
 from shared.logs import configure_logging
 from shared.settings import get_settings
+from shared.topics import all_topics
 from speed_layer import job
 
 speed_app = typer.Typer(help="The speed layer: Structured Streaming from Kafka to the speed store.")
@@ -25,8 +26,8 @@ def speed_run(
     configure_logging()
     settings = get_settings()
     try:
-        require_kafka(settings)
-    except KafkaUnreachableError as error:
+        require_kafka(settings, [spec.name for spec in all_topics(settings)])
+    except KafkaNotReadyError as error:
         Console(stderr=True).print(f"[red]error:[/red] {error}", highlight=False, soft_wrap=True)
         raise typer.Exit(1) from None
     spark = job.speed_spark_session(settings)

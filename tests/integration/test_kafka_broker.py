@@ -5,8 +5,10 @@ from pathlib import Path
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType
+from typer.testing import CliRunner
 
 from lambdaline import kafka_broker
+from lambdaline.cli import app
 from lambdaline.topics import create_topics
 from shared.settings import Settings
 from tests.integration.conftest import broker_settings
@@ -66,3 +68,31 @@ def test_start_refuses_a_port_in_use(kafka: Settings, tmp_path: Path) -> None:
     )
     with pytest.raises(kafka_broker.BrokerError, match="already in use"):
         kafka_broker.start(clash)
+
+
+@pytest.mark.parametrize(
+    ("command", "missing"),
+    [
+        (["speed", "run", "--available-now"], "missing.entries, speed.missing.booth_stats"),
+        (["batch", "run", "--date", "2026-01-05"], "missing.entries"),
+    ],
+)
+def test_a_job_without_its_topics_says_which_before_spark_starts(
+    kafka: Settings,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    command: list[str],
+    missing: str,
+) -> None:
+    """Spark's Kafka source would retry, then fail with a Java stack trace of ~200 lines."""
+    monkeypatch.setenv("LAMBDALINE_STATE_DIR", str(tmp_path))
+    monkeypatch.setenv("LAMBDALINE_KAFKA_BOOTSTRAP", kafka.kafka_bootstrap)
+    monkeypatch.setenv("LAMBDALINE_TOPICS__ENTRIES", "missing.entries")
+    monkeypatch.setenv("LAMBDALINE_TOPICS__SPEED_PREFIX", "speed.missing.")
+    result = CliRunner().invoke(app, command)
+    assert result.exit_code == 1
+    said = " ".join(result.output.split())
+    assert f"Kafka at {kafka.kafka_bootstrap} has no topic {missing}" in said
+    assert "lambdaline topics create" in said
+    assert "Exception" not in result.output
+    assert not (tmp_path / "spark-local").exists()  # no Spark driver was started
