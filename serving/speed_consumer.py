@@ -25,7 +25,7 @@ from kafka.consumer.fetcher import ConsumerRecord
 from kafka.errors import KafkaTimeoutError
 
 from serving.speed_tables import BadSpeedRecordError, SpeedTables
-from shared.kafka_admin import kafka_consumer
+from shared.kafka_admin import KafkaTopicsMissingError, kafka_consumer
 from shared.logs import log_event
 from shared.settings import Settings
 from shared.topics import VIEW_NAMES, speed_topic
@@ -43,10 +43,6 @@ END_OFFSETS_EVERY_S = 5.0
 """How often the end offsets are asked for: the lag's age, and how soon a lost broker shows."""
 REJECTIONS_LOGGED = 20
 """Records skipped as not rows of their view that are logged one by one; the rest are counted."""
-
-
-class MissingTopicsError(Exception):
-    """A speed-store topic the consumer must follow does not exist on the cluster."""
 
 
 class BrokerLostError(Exception):
@@ -132,10 +128,7 @@ class SpeedConsumer:
             }
             if missing := [topic for topic, numbers in found.items() if not numbers]:
                 # followed as they were, the store would be "caught up" with nothing, for good
-                raise MissingTopicsError(
-                    f"topics not found on {self.settings.kafka_bootstrap}: {', '.join(missing)}; "
-                    "create them with `lambdaline topics create`"
-                )
+                raise KafkaTopicsMissingError(self.settings.kafka_bootstrap, missing)
             partitions = [
                 TopicPartition(topic, number)
                 for topic, numbers in found.items()

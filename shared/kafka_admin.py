@@ -9,7 +9,7 @@ saying why.
 from __future__ import annotations
 
 import socket
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from kafka import KafkaAdminClient, KafkaConsumer
@@ -27,7 +27,14 @@ class KafkaUnreachableError(KafkaNotReadyError):
 
 
 class KafkaTopicsMissingError(KafkaNotReadyError):
-    """The cluster answered but lacks topics the job reads or writes."""
+    """The cluster answered but lacks topics a job or the API reads or writes."""
+
+    def __init__(self, bootstrap: str, missing: Sequence[str]):
+        self.missing = list(missing)
+        super().__init__(
+            f"topics not found on {bootstrap}: {', '.join(missing)}; create them with "
+            "`lambdaline topics create` (names from the topics.* settings)"
+        )
 
 
 def port_open(host: str, port: int) -> bool:
@@ -74,10 +81,7 @@ def require_kafka(settings: Settings, topics: Collection[str] = ()) -> None:
             "broker with `lambdaline kafka start` or set LAMBDALINE_KAFKA_BOOTSTRAP"
         ) from None
     if missing:
-        raise KafkaTopicsMissingError(
-            f"Kafka at {settings.kafka_bootstrap} has no topic {', '.join(missing)}; create "
-            "them with `lambdaline topics create` (names from the topics.* settings)"
-        )
+        raise KafkaTopicsMissingError(settings.kafka_bootstrap, missing)
 
 
 class _Consumer(KafkaConsumer):  # type: ignore[misc]  # kafka-python has no type hints

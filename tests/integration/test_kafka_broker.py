@@ -92,7 +92,7 @@ def test_a_job_without_its_topics_says_which_before_spark_starts(
     result = CliRunner().invoke(app, command)
     assert result.exit_code == 1
     said = " ".join(result.output.split())
-    assert f"Kafka at {kafka.kafka_bootstrap} has no topic {missing}" in said
+    assert f"topics not found on {kafka.kafka_bootstrap}: {missing}" in said
     assert "lambdaline topics create" in said
     assert "Exception" not in result.output
     assert not (tmp_path / "spark-local").exists()  # no Spark driver was started
