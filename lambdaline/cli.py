@@ -27,6 +27,7 @@ from lambdaline.topics import TopicOutcome, create_topics
 from serving.cli import serve
 from shared.events import format_instant, parse_instant
 from shared.jvm import JarResolutionError, JvmProfile, resolve_jars
+from shared.kafka_admin import KafkaNotReadyError, unreachable
 from shared.settings import Settings, SettingsError, get_settings, parse_duration
 from speed_layer.cli import speed_app
 
@@ -64,17 +65,11 @@ def _clear_errors() -> Iterator[None]:
     """Turn the project's expected failures into one red line and a non-zero exit."""
     try:
         yield
-    except (kafka_broker.BrokerError, JarResolutionError) as error:
+    except (kafka_broker.BrokerError, JarResolutionError, KafkaNotReadyError) as error:
         console.print(f"[red]error:[/red] {error}", highlight=False)
         raise typer.Exit(1) from None
     except (KafkaTimeoutError, KafkaConnectionError) as error:
-        settings = get_settings()
-        console.print(
-            f"[red]error:[/red] cannot reach Kafka at {settings.kafka_bootstrap} ({error}); "
-            "start the embedded broker with `lambdaline kafka start` or set "
-            "LAMBDALINE_KAFKA_BOOTSTRAP",
-            highlight=False,
-        )
+        console.print(f"[red]error:[/red] {unreachable(get_settings(), error)}", highlight=False)
         raise typer.Exit(1) from None
 
 

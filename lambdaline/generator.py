@@ -65,8 +65,9 @@ from shared.events import (
     event_to_wire,
     format_instant,
 )
-from shared.kafka_admin import admin_client
+from shared.kafka_admin import require_kafka
 from shared.settings import Settings
+from shared.topics import input_topics
 from shared.validation import DeadLetterReason
 
 KIND_HEADER = "lambdaline.kind"
@@ -478,7 +479,8 @@ def send_to_kafka(
     on_progress: Callable[[int], None] | None = None,
 ) -> GeneratorSummary:
     """Send the stream with one producer process per worker; return the summary."""
-    admin_client(settings, client_id="lambdaline-generator").close()  # fail fast if unreachable
+    # fail fast: kafka-python would wait a minute for a missing topic in each worker
+    require_kafka(settings, input_topics(settings))
     shards = list(range(settings.kafka_partitions))
     workers = max(1, min(workers or multiprocessing.cpu_count(), len(shards)))
     assignment = [shards[w::workers] for w in range(workers)]

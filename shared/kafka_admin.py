@@ -61,6 +61,14 @@ def admin_client(settings: Settings, client_id: str = "lambdaline") -> KafkaAdmi
     )
 
 
+def unreachable(settings: Settings, error: Exception) -> KafkaUnreachableError:
+    """The error a command reports when the configured cluster does not answer."""
+    return KafkaUnreachableError(
+        f"cannot reach Kafka at {settings.kafka_bootstrap} ({error}); start the embedded "
+        "broker with `lambdaline kafka start` or set LAMBDALINE_KAFKA_BOOTSTRAP"
+    )
+
+
 def require_kafka(settings: Settings, topics: Collection[str] = ()) -> None:
     """Return if the cluster answers and holds ``topics``; raise a KafkaNotReadyError if not.
 
@@ -76,10 +84,7 @@ def require_kafka(settings: Settings, topics: Collection[str] = ()) -> None:
         finally:
             admin.close()
     except (KafkaConnectionError, KafkaTimeoutError, KafkaError) as error:
-        raise KafkaUnreachableError(
-            f"cannot reach Kafka at {settings.kafka_bootstrap} ({error}); start the embedded "
-            "broker with `lambdaline kafka start` or set LAMBDALINE_KAFKA_BOOTSTRAP"
-        ) from None
+        raise unreachable(settings, error) from None
     if missing:
         raise KafkaTopicsMissingError(settings.kafka_bootstrap, missing)
 

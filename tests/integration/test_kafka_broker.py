@@ -75,6 +75,7 @@ def test_start_refuses_a_port_in_use(kafka: Settings, tmp_path: Path) -> None:
     [
         (["speed", "run", "--available-now"], "missing.entries, speed.missing.booth_stats"),
         (["batch", "run", "--date", "2026-01-05"], "missing.entries"),
+        (["generate", "--events", "10"], "missing.entries"),  # kafka-python waited 60 s
     ],
 )
 def test_a_job_without_its_topics_says_which_before_spark_starts(
