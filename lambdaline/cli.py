@@ -153,10 +153,13 @@ def topics_table(outcomes: list[TopicOutcome]) -> Table:
     table.add_column("", no_wrap=True)
     table.add_column("config", overflow="fold")
     for outcome in outcomes:
+        status = "created" if outcome.created else "exists"
+        if outcome.partitions != outcome.spec.partitions:  # made with another setting
+            status = f"exists (kafka_partitions is {outcome.spec.partitions})"
         table.add_row(
             outcome.spec.name,
-            str(outcome.spec.partitions),
-            "created" if outcome.created else "exists",
+            str(outcome.partitions),
+            status,
             "\n".join(f"{key}={value}" for key, value in outcome.spec.config.items()),
         )
     return table

@@ -479,8 +479,9 @@ def send_to_kafka(
     on_progress: Callable[[int], None] | None = None,
 ) -> GeneratorSummary:
     """Send the stream with one producer process per worker; return the summary."""
-    # fail fast: kafka-python would wait a minute for a missing topic in each worker
-    require_kafka(settings, input_topics(settings))
+    # fail fast: kafka-python would wait a minute for a missing topic in each worker,
+    # and fail on a partition the topic does not have
+    require_kafka(settings, input_topics(settings), settings.kafka_partitions)
     shards = list(range(settings.kafka_partitions))
     workers = max(1, min(workers or multiprocessing.cpu_count(), len(shards)))
     assignment = [shards[w::workers] for w in range(workers)]

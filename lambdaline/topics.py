@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from kafka.admin import NewTopic
 from kafka.errors import TopicAlreadyExistsError
 
-from shared.kafka_admin import admin_client
+from shared.kafka_admin import admin_client, partition_counts
 from shared.settings import Settings
 from shared.topics import TopicSpec, all_topics
 
@@ -16,16 +16,19 @@ from shared.topics import TopicSpec, all_topics
 class TopicOutcome:
     spec: TopicSpec
     created: bool
+    partitions: int
+    """On the cluster: an existing topic keeps its own count, whatever the settings say."""
 
 
 def create_topics(settings: Settings) -> list[TopicOutcome]:
     """Create every topic that does not exist yet; existing topics are left as they are."""
     admin = admin_client(settings, client_id="lambdaline-topics")
     try:
-        existing = set(admin.list_topics())
+        specs = all_topics(settings)
+        existing = partition_counts(admin, [spec.name for spec in specs])
         replication = min(3, len(admin.describe_cluster()["brokers"]))
         outcomes = []
-        for spec in all_topics(settings):
+        for spec in specs:
             created = False
             if spec.name not in existing:
                 new_topic = NewTopic(
@@ -39,7 +42,8 @@ def create_topics(settings: Settings) -> list[TopicOutcome]:
                     created = True
                 except TopicAlreadyExistsError:  # created meanwhile by someone else
                     pass
-            outcomes.append(TopicOutcome(spec, created))
+            partitions = existing.get(spec.name, spec.partitions)
+            outcomes.append(TopicOutcome(spec, created, partitions))
         return outcomes
     finally:
         admin.close()

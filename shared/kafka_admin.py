@@ -69,24 +69,43 @@ def unreachable(settings: Settings, error: Exception) -> KafkaUnreachableError:
     )
 
 
-def require_kafka(settings: Settings, topics: Collection[str] = ()) -> None:
-    """Return if the cluster answers and holds ``topics``; raise a KafkaNotReadyError if not.
+def partition_counts(admin: KafkaAdminClient, topics: Collection[str]) -> dict[str, int]:
+    """How many partitions each of ``topics`` has on the cluster; a missing topic is left out."""
+    if not topics:
+        return {}
+    present = set(admin.list_topics()) & set(topics)  # describing a missing topic is an error
+    described = admin.describe_topics(sorted(present)) if present else []
+    return {topic["name"]: len(topic["partitions"]) for topic in described}
+
+
+def require_kafka(
+    settings: Settings, topics: Collection[str] = (), min_partitions: int = 1
+) -> None:
+    """Return if the cluster answers and holds ``topics``, each with at least
+    ``min_partitions`` partitions; raise a KafkaNotReadyError if not.
 
     Without the check, Spark's Kafka source retries a missing topic and then
-    fails with a Java stack trace of hundreds of lines, and its sink waits a
-    minute for a topic's metadata first.
+    fails with a Java stack trace of hundreds of lines, its sink (and
+    kafka-python's producer) waits a minute for a topic's metadata first, and a
+    producer that picks partitions fails on one the topic does not have.
     """
     try:
         admin = admin_client(settings, client_id="lambdaline-check")
         try:
             admin.describe_cluster()
-            missing = sorted(set(topics) - set(admin.list_topics())) if topics else []
+            counts = partition_counts(admin, topics)
         finally:
             admin.close()
     except (KafkaConnectionError, KafkaTimeoutError, KafkaError) as error:
         raise unreachable(settings, error) from None
-    if missing:
+    if missing := sorted(set(topics) - set(counts)):
         raise KafkaTopicsMissingError(settings.kafka_bootstrap, missing)
+    if short := sorted(f"{topic} ({n})" for topic, n in counts.items() if n < min_partitions):
+        raise KafkaNotReadyError(
+            f"topics with fewer than the {min_partitions} partitions the kafka_partitions "
+            f"setting asks for, on {settings.kafka_bootstrap}: {', '.join(short)}; set "
+            "LAMBDALINE_KAFKA_PARTITIONS to their count, or add partitions to them"
+        )
 
 
 class _Consumer(KafkaConsumer):  # type: ignore[misc]  # kafka-python has no type hints

@@ -97,3 +97,25 @@ def test_a_job_without_its_topics_says_which_before_spark_starts(
     assert "lambdaline topics create" in said
     assert "Exception" not in result.output
     assert not (tmp_path / "spark-local").exists()  # no Spark driver was started
+
+
+def test_topics_with_fewer_partitions_than_the_setting_are_named(
+    kafka: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fixture's topics have 2 partitions; the generator would write to partitions 0 to 3."""
+    monkeypatch.setenv("LAMBDALINE_STATE_DIR", str(tmp_path))
+    monkeypatch.setenv("LAMBDALINE_KAFKA_BOOTSTRAP", kafka.kafka_bootstrap)
+    monkeypatch.setenv("LAMBDALINE_KAFKA_PARTITIONS", "4")
+    generated = CliRunner().invoke(app, ["generate", "--events", "10"])
+    assert generated.exit_code == 1
+    assert (
+        "topics with fewer than the 4 partitions the kafka_partitions setting asks for, "
+        f"on {kafka.kafka_bootstrap}: toll.entries (2), toll.exits (2), vehicle.registrations (2)"
+    ) in " ".join(generated.output.split())
+    assert "Traceback" not in generated.output
+    created = CliRunner().invoke(app, ["topics", "create"])
+    assert created.exit_code == 0
+    rows = [line.split() for line in created.output.splitlines()]
+    assert ["toll.entries", "2", "exists", "(kafka_partitions", "is", "4)"] in [
+        row[:6] for row in rows
+    ]

@@ -195,7 +195,10 @@ def test_cluster_ids_never_look_like_an_option() -> None:
 @pytest.mark.parametrize("width", [80, 120])
 def test_the_topics_table_shows_every_name_and_setting_whole(tmp_path: Path, width: int) -> None:
     specs = all_topics(Settings(state_dir=tmp_path))
-    outcomes = [TopicOutcome(spec, created=n % 2 == 0) for n, spec in enumerate(specs)]
+    outcomes = [
+        TopicOutcome(spec, created=n % 2 == 0, partitions=spec.partitions)
+        for n, spec in enumerate(specs)
+    ]
     console = Console(file=io.StringIO(), width=width)
 
     console.print(topics_table(outcomes))
@@ -211,3 +214,14 @@ def test_the_topics_table_shows_every_name_and_setting_whole(tmp_path: Path, wid
             for key, value in spec.config.items():
                 assert f"{key}={value}" in unfolded
     assert text.count("created") == (len(specs) + 1) // 2
+
+
+def test_the_topics_table_says_when_a_topic_has_other_partitions_than_the_setting(
+    tmp_path: Path,
+) -> None:
+    spec = all_topics(Settings(state_dir=tmp_path, kafka_partitions=4))[0]
+    console = Console(file=io.StringIO(), width=120)
+    console.print(topics_table([TopicOutcome(spec, created=False, partitions=2)]))
+    row = console.file.getvalue().splitlines()[-1]  # type: ignore[attr-defined]
+    assert row.split()[:5] == ["toll.entries", "2", "exists", "(kafka_partitions", "is"]
+    assert "is 4)" in row
