@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import json
-import signal
-import sys
 from datetime import date
 from pathlib import Path
-from types import FrameType
 from typing import Annotated, Any
 
 import typer
@@ -91,11 +88,7 @@ def batch_run(
     day = _run_date(run_date)
     configure_logging()
     settings = get_settings()
-
-    def terminate(signum: int, frame: FrameType | None) -> None:
-        sys.exit(128 + signum)  # unwind: release the lock, stop Spark
-
-    signal.signal(signal.SIGTERM, terminate)
+    # SIGTERM unwinds (lambdaline.cli.main): the lock is released, Spark stopped
     try:
         require_kafka(settings, input_topics(settings))
     except KafkaNotReadyError as error:

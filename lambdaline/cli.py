@@ -2,6 +2,11 @@
 
 Settings are read once, at the start of every command (``get_settings``); a bad
 setting stops the command with exit code 2 and a line naming the setting.
+
+SIGTERM and SIGHUP end a command as Ctrl-C would, through its ``finally``
+blocks (``lambdaline.processes.exit_on_signals``), so what it started (the
+generator's producer processes, the benchmark's broker and jobs, a batch run's
+Spark and lock) stops with it.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from batch_layer.cli import batch_app
 from lambdaline import demo as demo_app
 from lambdaline import generator as event_generator
 from lambdaline import kafka_broker
+from lambdaline.processes import exit_on_signals
 from lambdaline.topics import TopicOutcome, create_topics
 from serving.cli import serve
 from shared.events import format_instant, parse_instant
@@ -383,6 +389,7 @@ def bench(
 
 
 def main() -> None:
+    exit_on_signals()  # commands that stop in a way of their own set their own handlers
     app()
 
 

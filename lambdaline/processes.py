@@ -18,6 +18,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 
 import httpx
 
@@ -99,6 +100,30 @@ def stop_process(
             time.sleep(0.1)
     end_group(process.pid, GROUP_EXIT_GRACE_S if process.poll() is not None else 0.0, force)
     process.wait()
+
+
+EXIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+def exit_on_signals() -> None:
+    """Make SIGTERM and SIGHUP end this process as ``sys.exit(128 + signal)``, once.
+
+    Python's default for both ends the process on the spot, skipping every
+    ``finally``: under ``timeout``, a service manager or a closed terminal, the
+    generator's producer processes went on sending and the benchmark's broker and
+    jobs went on running. As SystemExit the clean-up runs. Further signals are
+    then ignored, or they would cut that clean-up short; they come in pairs
+    (``timeout`` signals the process, then its process group), and ``stop_process``
+    bounds every wait anyway.
+    """
+
+    def exit_once(signum: int, frame: FrameType | None) -> None:
+        for ignored in EXIT_SIGNALS:
+            signal.signal(ignored, signal.SIG_IGN)
+        sys.exit(128 + signum)  # as a shell reports a process ended by the signal
+
+    for signum in EXIT_SIGNALS:
+        signal.signal(signum, exit_once)
 
 
 def log_tail(path: Path, lines: int = 15) -> str:

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
 from collections import Counter
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
 
+from lambdaline.bench.measure import process_tree
 from lambdaline.generator import KIND_HEADER, GeneratorConfig, send_to_kafka
 from shared.settings import Settings
 from shared.topics import input_topics
@@ -64,3 +72,50 @@ def test_generated_stream_round_trips_and_malformed_records_fail_validation(
     assert dead == expected_reason  # every malformed record, with its reason, and nothing else
     valid = sum(frame.count() for frame in decoded.events.values())
     assert valid + len(dead) == len(records)
+
+
+def test_sigterm_stops_the_generator_and_its_producer_processes(
+    kafka: Settings, tmp_path: Path
+) -> None:
+    """Python's default SIGTERM skipped the clean-up: the workers went on sending, orphaned."""
+    env = {
+        **os.environ,
+        "LAMBDALINE_STATE_DIR": str(tmp_path),
+        "LAMBDALINE_KAFKA_BOOTSTRAP": kafka.kafka_bootstrap,
+        # topics of its own: the other tests read the default ones to the end
+        "LAMBDALINE_TOPICS__ENTRIES": "sigterm.entries",
+        "LAMBDALINE_TOPICS__EXITS": "sigterm.exits",
+        "LAMBDALINE_TOPICS__REGISTRATIONS": "sigterm.registrations",
+    }
+    lambdaline = str(Path(sys.executable).with_name("lambdaline"))
+    subprocess.run([lambdaline, "topics", "create"], env=env, check=True, capture_output=True)
+    generator = subprocess.Popen(
+        [lambdaline, "generate", "--events", "100000", "--rate", "200"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    workers: list[int] = []
+    try:
+        deadline = time.monotonic() + 60
+        while len(workers := producer_processes(generator.pid)) < 2:
+            assert generator.poll() is None and time.monotonic() < deadline, "no workers"
+            time.sleep(0.2)
+        time.sleep(2)  # sending now
+        generator.send_signal(signal.SIGTERM)
+        assert generator.wait(timeout=30) == 128 + signal.SIGTERM
+        left = [pid for pid in workers if Path(f"/proc/{pid}").exists()]
+        assert left == [], f"still running after the generator: {left}"
+    finally:
+        for pid in {*process_tree(generator.pid), *workers}:  # left only if the test failed
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        generator.wait()
+
+
+def producer_processes(parent: int) -> list[int]:
+    """The generator's workers (multiprocessing's spawn), not its resource tracker."""
+    found = []
+    for pid in process_tree(parent)[1:]:
+        with contextlib.suppress(OSError):
+            if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(pid)
+    return found

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -61,3 +63,30 @@ def test_the_supervisor_lets_a_stopped_part_s_group_finish_its_exit(tmp_path: Pa
     assert leader.returncode == 0  # it stopped on SIGTERM, not by the group's SIGKILL
     assert (tmp_path / "exit-hooks-ran").exists()
     assert group_is_gone(leader.pid, timeout_s=0)
+
+
+def test_sigterm_runs_the_clean_up_to_its_end_even_when_signalled_again(tmp_path: Path) -> None:
+    """Python's default would end the process on the spot; a second signal, its clean-up."""
+    script = (
+        "import sys, time\n"
+        "from lambdaline.processes import exit_on_signals\n"
+        "exit_on_signals()\n"
+        "try:\n"
+        "    print('ready', flush=True)\n"
+        "    time.sleep(60)\n"
+        "finally:\n"
+        "    time.sleep(1)  # stopping what it started\n"
+        "    open('cleaned-up', 'w').close()\n"
+    )
+    process = subprocess.Popen([sys.executable, "-c", script], cwd=tmp_path, stdout=subprocess.PIPE)
+    try:
+        assert process.stdout is not None and process.stdout.readline() == b"ready\n"
+        process.send_signal(signal.SIGTERM)
+        time.sleep(0.3)  # inside the clean-up
+        process.send_signal(signal.SIGTERM)
+        process.send_signal(signal.SIGHUP)
+        assert process.wait(timeout=30) == 128 + signal.SIGTERM
+        assert (tmp_path / "cleaned-up").exists()
+    finally:
+        process.kill()
+        process.wait()
