@@ -120,13 +120,14 @@ class Scheduler:
 
 
 def serve_until_signalled(scheduler: Scheduler) -> None:
-    """Run the scheduler in the foreground; SIGINT or SIGTERM stop it and its run."""
+    """Run the scheduler in the foreground; SIGINT, SIGTERM or SIGHUP stop it and its run."""
 
     def stop(signum: int, frame: FrameType | None) -> None:
         log_event(logger, "batch_schedule_stopping", signal=signal.Signals(signum).name)
         scheduler.stop()
 
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    watched = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {sig: signal.signal(sig, stop) for sig in watched}
     try:
         scheduler.serve()
     finally:

@@ -15,6 +15,7 @@ from datetime import timedelta
 from pathlib import Path
 from types import FrameType
 
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.streaming.readwriter import DataStreamWriter
@@ -28,11 +29,12 @@ from shared.validation import DecodedRecords, decode_records
 from shared.views import COUNTED_INPUTS, booth_stats, without_duplicates
 from speed_layer.lookups import diagnostic_counts, entry_lookups, publish_lookups
 from speed_layer.progress import ProgressPublisher
-from speed_layer.speed_store import brief_java_errors, view_writer
+from speed_layer.speed_store import brief_java_errors, view_writer, without_stack_trace
 
 logger = logging.getLogger("lambdaline.speed")
 
 STOP_POLL_S = 1
+QUERY_STOP_TIMEOUT_S = 30
 """How often the main thread looks for a stop request while the queries run."""
 
 FRESH_POOL, LOOKUPS_POOL = "speed.fresh", "speed.lookups"
@@ -55,6 +57,10 @@ SPEED_SPARK_CONF: dict[str, str] = {
     # micro-batch adds classes: with 100, the decode stages were evicted and
     # compiled again each lookups micro-batch, on the driver and in a task
     "spark.sql.codegen.cache.maxEntries": "2000",
+    # a query's stop() waits for its stream thread, which closes the source's Kafka
+    # admin client, which waits for its calls to a broker that may be gone: without
+    # a bound, a SIGTERM after the broker stopped never ended the job
+    "spark.sql.streaming.stopTimeout": f"{int(QUERY_STOP_TIMEOUT_S * 1000)}ms",
 }
 """The speed job's Spark tuning; measured in docs/performance.md ("The speed
 layer"). The ``spark_conf`` setting overrides any of it."""
@@ -98,6 +104,19 @@ def with_event_time(events: DataFrame, event_type: EventType, watermark: timedel
     return events.transform(without_duplicates) if event_type.name in COUNTED_INPUTS else events
 
 
+def _stop(query: StreamingQuery) -> None:
+    """Stop a query, or log that it did not stop within ``spark.sql.streaming.stopTimeout``.
+
+    Its stream thread is a daemon: the driver still exits, and the checkpoint
+    holds no commit for the micro-batch it left, so a restart replays it.
+    """
+    try:
+        query.stop()
+    except Py4JJavaError as error:  # java.util.concurrent.TimeoutException
+        message = " ".join(without_stack_trace(error).split())
+        log_event(logger, "query_stop_timeout", query=query.name, error=message)
+
+
 def _started(
     spark: SparkSession, writer: DataStreamWriter, available_now: bool, lane: tuple[timedelta, str]
 ) -> StreamingQuery:
@@ -117,7 +136,7 @@ def _started(
 
 
 def run(spark: SparkSession, settings: Settings, available_now: bool = False) -> None:
-    """Run the speed layer until stopped (SIGINT/SIGTERM) or, with available_now, drained."""
+    """Run the speed layer until stopped (SIGINT/SIGTERM/SIGHUP) or, with available_now, drained."""
     log_event(
         logger, "speed_start", master=spark.sparkContext.master,
         topics=input_topics(settings), checkpoints=str(settings.checkpoints_dir / "speed"),
@@ -194,7 +213,8 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
         log_event(logger, "speed_stopping", signal=signal.Signals(signum).name)
         stop_requested.set()
 
-    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    watched = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # a closed terminal too
+    previous = {sig: signal.signal(sig, request_stop) for sig in watched}
     try:
         for phase in phases:
             if stop_requested.is_set():
@@ -209,7 +229,7 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
             signal.signal(sig, handler)
         for query in started:  # on a stop request, or when one query failed
             if query.isActive:
-                query.stop()
+                _stop(query)
         listener.wait_for_terminations(str(query.id) for query in started)
         spark.streams.removeListener(listener)
         listener.close()

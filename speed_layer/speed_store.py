@@ -68,6 +68,12 @@ BRIEF_ERROR_CHARS = 1000
 """At most this much of a Java error's message travels back to Spark (see below)."""
 
 
+def without_stack_trace(error: Exception) -> str:
+    """A py4j error's text up to its Java stack trace: the call, the Java class and message."""
+    lines = itertools.takewhile(lambda line: not line.startswith("\tat "), str(error).splitlines())
+    return "\n".join(lines)[:BRIEF_ERROR_CHARS]
+
+
 def brief_java_errors(function: MicroBatchFunction) -> MicroBatchFunction:
     """Wrap a foreachBatch function so that a Java error leaves it without its stack trace.
 
@@ -91,9 +97,7 @@ def brief_java_errors(function: MicroBatchFunction) -> MicroBatchFunction:
         except Py4JJavaError as error:
             text = str(error)
             logger.debug("micro-batch %d failed: %s", batch_id, text)
-            message = "\n".join(
-                itertools.takewhile(lambda line: not line.startswith("\tat "), text.splitlines())
-            )[:BRIEF_ERROR_CHARS]
+            message = without_stack_trace(error)
             kind = f"{type(error).__module__}.{type(error).__qualname__}"
             raise MicroBatchError(f"micro-batch {batch_id} failed: {kind}: {message}") from None
 
