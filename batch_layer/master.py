@@ -36,6 +36,7 @@ from pyspark.sql import types as T
 from shared.events import EVENT_TYPES, EventType
 from shared.logs import log_event
 from shared.settings import Settings
+from shared.streaming import brief_java_errors, stop_query, stop_requests, wait_for
 from shared.topics import input_topics
 from shared.validation import (
     DEAD_LETTER_SCHEMA,
@@ -219,15 +220,20 @@ def ingest(
         if on_batch is not None:
             on_batch(ingested)
 
-    query = (
-        reader.load()
-        .writeStream.queryName("batch.ingest")
-        .foreachBatch(_ingest_batch(settings, collect))
-        .option("checkpointLocation", ingest_checkpoint(settings))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
+    # a signal only sets the request while the query runs, and the query is stopped
+    # before the run exits (shared.streaming: a py4j call must not be left half-way)
+    with stop_requests() as stop:
+        query = (
+            reader.load()
+            .writeStream.queryName("batch.ingest")
+            .foreachBatch(brief_java_errors(_ingest_batch(settings, collect)))
+            .option("checkpointLocation", ingest_checkpoint(settings))
+            .trigger(availableNow=True)
+            .start()
+        )
+        if not wait_for(query, stop):
+            stop_query(query)  # its micro-batch is not committed: the next run takes it again
+            raise SystemExit(stop.exit_code)
     return batches
 
 

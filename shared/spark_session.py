@@ -37,9 +37,14 @@ from pyspark.sql import SparkSession
 
 from shared.jvm import spark_kafka_jars
 from shared.settings import Settings
+from shared.streaming import QUERY_STOP_TIMEOUT_S
 
 DRIVER_LOG4J2 = Path(__file__).with_name("spark-log4j2.properties")
 """A local driver's logging: Spark's defaults at WARN, less warnings that ask nothing."""
+
+
+STREAMING_CONF = {"spark.sql.streaming.stopTimeout": f"{QUERY_STOP_TIMEOUT_S * 1000}ms"}
+"""Both layers' streams: a query's stop() is bounded (``shared.streaming.QUERY_STOP_TIMEOUT_S``)."""
 
 
 def under_spark_submit() -> bool:
@@ -57,7 +62,7 @@ def spark_session(
     ``spark_conf`` setting overrides it key by key.
     """
     builder = SparkSession.builder.appName(app_name)
-    config = {**(extra_config or {}), **settings.spark_conf}
+    config = {**STREAMING_CONF, **(extra_config or {}), **settings.spark_conf}
     launch_environment: dict[str, str] = {}
     if not under_spark_submit():
         if settings.spark_master.startswith("local"):

@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import logging
 import signal
-import threading
 from datetime import timedelta
 from pathlib import Path
-from types import FrameType
 
-from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.streaming.readwriter import DataStreamWriter
@@ -24,17 +21,16 @@ from shared.events import EVENT_TYPES, TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATI
 from shared.logs import log_event
 from shared.settings import Settings
 from shared.spark_session import spark_session
+from shared.streaming import brief_java_errors, stop_query, stop_requests, wait_for
 from shared.topics import input_topics
 from shared.validation import DecodedRecords, decode_records
 from shared.views import COUNTED_INPUTS, booth_stats, without_duplicates
 from speed_layer.lookups import diagnostic_counts, entry_lookups, publish_lookups
 from speed_layer.progress import ProgressPublisher
-from speed_layer.speed_store import brief_java_errors, view_writer, without_stack_trace
+from speed_layer.speed_store import view_writer
 
 logger = logging.getLogger("lambdaline.speed")
 
-STOP_POLL_S = 1
-QUERY_STOP_TIMEOUT_S = 30
 """How often the main thread looks for a stop request while the queries run."""
 
 FRESH_POOL, LOOKUPS_POOL = "speed.fresh", "speed.lookups"
@@ -57,10 +53,6 @@ SPEED_SPARK_CONF: dict[str, str] = {
     # micro-batch adds classes: with 100, the decode stages were evicted and
     # compiled again each lookups micro-batch, on the driver and in a task
     "spark.sql.codegen.cache.maxEntries": "2000",
-    # a query's stop() waits for its stream thread, which closes the source's Kafka
-    # admin client, which waits for its calls to a broker that may be gone: without
-    # a bound, a SIGTERM after the broker stopped never ended the job
-    "spark.sql.streaming.stopTimeout": f"{int(QUERY_STOP_TIMEOUT_S * 1000)}ms",
 }
 """The speed job's Spark tuning; measured in docs/performance.md ("The speed
 layer"). The ``spark_conf`` setting overrides any of it."""
@@ -102,19 +94,6 @@ def with_event_time(events: DataFrame, event_type: EventType, watermark: timedel
     batch layer does): a state store per partition is spent only where it changes a view."""
     events = watermarked(events, event_type, watermark)
     return events.transform(without_duplicates) if event_type.name in COUNTED_INPUTS else events
-
-
-def _stop(query: StreamingQuery) -> None:
-    """Stop a query, or log that it did not stop within ``spark.sql.streaming.stopTimeout``.
-
-    Its stream thread is a daemon: the driver still exits, and the checkpoint
-    holds no commit for the micro-batch it left, so a restart replays it.
-    """
-    try:
-        query.stop()
-    except Py4JJavaError as error:  # java.util.concurrent.TimeoutException
-        message = " ".join(without_stack_trace(error).split())
-        log_event(logger, "query_stop_timeout", query=query.name, error=message)
 
 
 def _started(
@@ -205,34 +184,28 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
     # continuous: everything at once; available-now: drain phase by phase
     phases = [first_phase, second_phase] if available_now else [first_phase + second_phase]
     started: list[StreamingQuery] = []
-    stop_requested = threading.Event()
 
-    def request_stop(signum: int, frame: FrameType | None) -> None:
-        # only a flag: the main thread is inside a py4j call (awaitTermination),
-        # and calling Spark from here would reenter that call's connection
+    def stopping(signum: int) -> None:
         log_event(logger, "speed_stopping", signal=signal.Signals(signum).name)
-        stop_requested.set()
 
-    watched = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  # a closed terminal too
-    previous = {sig: signal.signal(sig, request_stop) for sig in watched}
-    try:
-        for phase in phases:
-            if stop_requested.is_set():
-                break
-            queries = [_started(spark, writer, available_now, lane) for writer, lane in phase]
-            started += queries
-            for query in queries:
-                while not stop_requested.is_set() and not query.awaitTermination(STOP_POLL_S):
-                    pass
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        for query in started:  # on a stop request, or when one query failed
-            if query.isActive:
-                _stop(query)
-        listener.wait_for_terminations(str(query.id) for query in started)
-        spark.streams.removeListener(listener)
-        listener.close()
+    # a signal only sets the request: the main thread is inside a py4j call
+    # (awaitTermination), which it must not leave half-way (shared.streaming)
+    with stop_requests(on_signal=stopping) as stop:
+        try:
+            for phase in phases:
+                if stop.is_set():
+                    break
+                queries = [_started(spark, writer, available_now, lane) for writer, lane in phase]
+                started += queries
+                if not all(wait_for(query, stop) for query in queries):
+                    break
+        finally:
+            for query in started:  # on a stop request, or when one query failed
+                if query.isActive:
+                    stop_query(query)
+            listener.wait_for_terminations(str(query.id) for query in started)
+            spark.streams.removeListener(listener)
+            listener.close()
     failed = [query.name for query in started if query.exception() is not None]
     if failed:
         raise RuntimeError(f"speed queries failed: {', '.join(failed)}")

@@ -54,6 +54,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from shared.settings import Settings
+from shared.streaming import MicroBatchFunction
 from shared.topics import DIAGNOSTIC_ENTRIES, speed_topic
 from shared.views import (
     count_diagnostics,
@@ -67,7 +68,6 @@ from shared.views import (
 )
 from speed_layer.speed_store import (
     JSON_OPTIONS,
-    MicroBatchFunction,
     dead_letter_records,
     kafka_sink_options,
     speed_records,

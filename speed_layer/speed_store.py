@@ -10,23 +10,18 @@ a restart never double counts.
 
 from __future__ import annotations
 
-import functools
-import itertools
 import logging
-from collections.abc import Callable
 
-from py4j.protocol import Py4JJavaError
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 from shared.settings import Settings
+from shared.streaming import MicroBatchFunction, brief_java_errors
 from shared.topics import DERIVED_QUERY_PREFIX, speed_topic
 from shared.views import VIEW_KEYS
 
 logger = logging.getLogger("lambdaline.speed")
-
-MicroBatchFunction = Callable[[DataFrame, int], None]
 
 JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'", "ignoreNullFields": "false"}
 """Times as ISO-8601 UTC with milliseconds (the session time zone is UTC)."""
@@ -58,50 +53,6 @@ def speed_records(view_name: str, rows: DataFrame, batch_id: int) -> DataFrame:
     values = [F.col(name) for name in rows.columns]
     batch = F.lit(batch_id).cast(BATCH_ID_TYPE).alias("batch_id")
     return rows.select(_json(keys).alias("key"), _json([*values, batch]).alias("value"))
-
-
-class MicroBatchError(RuntimeError):
-    """A foreachBatch function's Java error without its Java stack trace."""
-
-
-BRIEF_ERROR_CHARS = 1000
-"""At most this much of a Java error's message travels back to Spark (see below)."""
-
-
-def without_stack_trace(error: Exception) -> str:
-    """A py4j error's text up to its Java stack trace: the call, the Java class and message."""
-    lines = itertools.takewhile(lambda line: not line.startswith("\tat "), str(error).splitlines())
-    return "\n".join(lines)[:BRIEF_ERROR_CHARS]
-
-
-def brief_java_errors(function: MicroBatchFunction) -> MicroBatchFunction:
-    """Wrap a foreachBatch function so that a Java error leaves it without its stack trace.
-
-    Stopping a query interrupts or cancels what its foreachBatch function is
-    running. Spark 4.0 tells that from a real failure by matching the Python
-    error's text against ``Py4JJavaError: An error occurred while calling(.|\\n)*
-    InterruptedException`` (or a cancelled job of the query's group), with a
-    regular expression that recurses once per character: on a Py4JJavaError,
-    whose text holds the whole Java stack trace, every SIGTERM killed the
-    stream threads with a StackOverflowError. Re-raised as the error's class
-    and message only (``... Py4JJavaError: An error occurred while calling
-    o71.save.\\n: java.lang.InterruptedException``), the stop is recognised and
-    the query ends cleanly; a real failure keeps its Java class and message, and
-    the full text goes to the debug log.
-    """
-
-    @functools.wraps(function)
-    def call(rows: DataFrame, batch_id: int) -> None:
-        try:
-            function(rows, batch_id)
-        except Py4JJavaError as error:
-            text = str(error)
-            logger.debug("micro-batch %d failed: %s", batch_id, text)
-            message = without_stack_trace(error)
-            kind = f"{type(error).__module__}.{type(error).__qualname__}"
-            raise MicroBatchError(f"micro-batch {batch_id} failed: {kind}: {message}") from None
-
-    return call
 
 
 def publish_view(view_name: str, settings: Settings) -> MicroBatchFunction:

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from py4j.protocol import Py4JJavaError
 
-from speed_layer.speed_store import (
+from shared.streaming import (
     BRIEF_ERROR_CHARS,
     MicroBatchError,
     MicroBatchFunction,
