@@ -174,10 +174,8 @@ def topics_table(outcomes: list[TopicOutcome]) -> Table:
 # --- generate ----------------------------------------------------------------------
 
 
-# parsed in the command's body, so each error names its option (click cannot know it)
-
-
 def _instant(value: str, option: str) -> datetime:
+    # parsed in the command's body, so the error names its option (click cannot know it)
     try:
         return parse_instant(value)
     except ValueError:

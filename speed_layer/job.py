@@ -31,8 +31,6 @@ from speed_layer.speed_store import view_writer
 
 logger = logging.getLogger("lambdaline.speed")
 
-"""How often the main thread looks for a stop request while the queries run."""
-
 FRESH_POOL, LOOKUPS_POOL = "speed.fresh", "speed.lookups"
 """Spark scheduler pools: booth_stats' query in one; the lookups and the counter
 they feed in the other."""

@@ -10,8 +10,6 @@ a restart never double counts.
 
 from __future__ import annotations
 
-import logging
-
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.readwriter import DataStreamWriter
@@ -20,8 +18,6 @@ from shared.settings import Settings
 from shared.streaming import MicroBatchFunction, brief_java_errors
 from shared.topics import DERIVED_QUERY_PREFIX, speed_topic
 from shared.views import VIEW_KEYS
-
-logger = logging.getLogger("lambdaline.speed")
 
 JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'", "ignoreNullFields": "false"}
 """Times as ISO-8601 UTC with milliseconds (the session time zone is UTC)."""
