@@ -32,8 +32,6 @@ import argparse
 import io
 import os
 import platform
-import signal
-import sys
 import tempfile
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -45,6 +43,7 @@ from lambdaline.bench.measure import cpu_seconds_of_tree, own_cpu_seconds
 from lambdaline.bench.peer import peer_views
 from lambdaline.generator import GeneratorConfig, send_to_kafka
 from lambdaline.kafka_broker import ephemeral_broker
+from lambdaline.processes import exit_on_signals
 from lambdaline.topics import create_topics
 from shared.batch_store import STORE_TABLES
 from shared.settings import Settings
@@ -60,7 +59,7 @@ def main() -> None:
     parser.add_argument("--plates", type=int, default=50_000)
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    exit_on_signals()  # SIGTERM (`timeout`) runs the clean-up: the broker and jobs stop
     cores = os.cpu_count() or 1
 
     with (

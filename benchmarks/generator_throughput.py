@@ -15,13 +15,12 @@ import argparse
 import os
 import platform
 import resource
-import signal
-import sys
 import tempfile
 from pathlib import Path
 
 from lambdaline.generator import GeneratorConfig, send_to_kafka
 from lambdaline.kafka_broker import ephemeral_broker
+from lambdaline.processes import exit_on_signals
 from lambdaline.topics import create_topics
 from shared.jvm import pom_properties
 
@@ -32,9 +31,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=None, help="producer processes")
     parser.add_argument("--partitions", type=int, default=2)
     args = parser.parse_args()
-    # a SIGTERM (e.g. from `timeout`) must still run the clean-up below, which
-    # stops the broker and the jobs this script started; by default it would not
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    exit_on_signals()  # SIGTERM (`timeout`) runs the clean-up: the broker and jobs stop
 
     with (
         tempfile.TemporaryDirectory(prefix="lambdaline-bench-") as state,

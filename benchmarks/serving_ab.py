@@ -22,7 +22,6 @@ there. Everything it starts it stops, by pid.
 from __future__ import annotations
 
 import argparse
-import signal
 import statistics
 import subprocess
 import sys
@@ -32,7 +31,7 @@ from serving_load import API_KEY, booth_day, full_day, populated_store, start_se
 
 from lambdaline.bench.load import open_loop
 from lambdaline.bench.measure import cpu_seconds_of_tree, percentile
-from lambdaline.processes import stop_process
+from lambdaline.processes import exit_on_signals, stop_process
 
 
 def checked_environment(checkout: Path, base: dict[str, str]) -> dict[str, str]:
@@ -57,7 +56,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
     parser.add_argument("--cache-mb", type=int, default=0, help="0: every request reads DuckDB")
     args = parser.parse_args()
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    exit_on_signals()  # SIGTERM (`timeout`) runs the clean-up: the broker and jobs stop
 
     with populated_store(args.cache_mb) as (_, base):
         servers: dict[str, tuple[int, subprocess.Popen[bytes]]] = {}

@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import signal
 import subprocess
 import sys
 import tempfile
@@ -53,7 +52,7 @@ from batch_layer.publish import empty_store_tables, publish_version
 from lambdaline.bench.load import open_loop
 from lambdaline.bench.measure import cpu_seconds_of_tree, percentile
 from lambdaline.kafka_broker import ephemeral_broker, free_port
-from lambdaline.processes import stop_process, wait_until_answers
+from lambdaline.processes import exit_on_signals, stop_process, wait_until_answers
 from lambdaline.topics import create_topics
 from shared.batch_store import version_file
 from shared.settings import Settings
@@ -264,7 +263,7 @@ def main() -> None:
         "--shapes", action="store_true", help="first time other query shapes (roll-ups, all booths)"
     )
     args = parser.parse_args()
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    exit_on_signals()  # SIGTERM (`timeout`) runs the clean-up: the broker and jobs stop
 
     with populated_store(args.cache_mb) as (settings, environment):
         port, server = start_server(environment, args.workers)

@@ -64,6 +64,7 @@ from lambdaline.bench.measure import (
 )
 from lambdaline.generator import GeneratorConfig, send_to_kafka
 from lambdaline.kafka_broker import ephemeral_broker, status
+from lambdaline.processes import exit_on_signals
 from lambdaline.topics import create_topics
 from shared.settings import Settings
 from shared.topics import input_topics, speed_topic
@@ -209,9 +210,7 @@ def main() -> None:
     parser.add_argument("--rates", default="500,1000,2000", help="records/s, comma-separated")
     parser.add_argument("--seconds", type=int, default=60, help="duration of each rate step")
     args = parser.parse_args()
-    # a SIGTERM (e.g. from `timeout`) must still run the clean-up below, which
-    # stops the broker and the jobs this script started; by default it would not
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    exit_on_signals()  # SIGTERM (`timeout`) runs the clean-up: the broker and jobs stop
 
     with (
         tempfile.TemporaryDirectory(prefix="lambdaline-speed-bench-") as state,
