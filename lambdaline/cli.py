@@ -62,7 +62,8 @@ def _settings() -> Settings:
     try:
         return get_settings()
     except SettingsError as error:
-        console.print(f"[red]error:[/red] {error}", highlight=False)
+        for line in str(error).splitlines():
+            console.print(f"[red]error:[/red] {line}", highlight=False)
         raise typer.Exit(2) from None
 
 

@@ -15,8 +15,11 @@ pass them down; nothing in the project builds settings at import time.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
+import tomllib
+from collections.abc import Mapping
 from datetime import timedelta
 from functools import lru_cache
 from pathlib import Path
@@ -24,7 +27,7 @@ from typing import Annotated, Any
 
 import pydantic_settings
 from croniter import croniter
-from pydantic import BaseModel, BeforeValidator, Field, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -78,6 +81,8 @@ def _split_commas(value: Any) -> Any:
 
 class TopicSettings(BaseModel):
     """Kafka topic names. Speed-store topics are ``<speed_prefix><view name>``."""
+
+    model_config = ConfigDict(extra="forbid")
 
     entries: str = "toll.entries"
     exits: str = "toll.exits"
@@ -227,6 +232,14 @@ class Settings(BaseSettings):
         "large roll-ups",
     )  # fmt: skip
 
+    @field_validator("state_dir", "jvm_cache_dir", "batch_store_dir")
+    @classmethod
+    def _not_a_file(cls, value: Path | None) -> Path | None:
+        # created when first needed; a file in the way would fail later, deep in a command
+        if value is not None and value.exists() and not value.is_dir():
+            raise ValueError(f"{value} exists and is not a directory")
+        return value
+
     @field_validator("kafka_bootstrap")
     @classmethod
     def _valid_bootstrap(cls, value: str) -> str:
@@ -275,7 +288,7 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        toml_file = Path(os.environ.get("LAMBDALINE_CONFIG", "lambdaline.toml"))
+        toml_file = config_file()
         return (
             init_settings,
             env_settings,
@@ -325,20 +338,77 @@ class SettingsError(Exception):
     """Settings failed validation; the message names every bad setting."""
 
 
+CONFIG_ENV = "LAMBDALINE_CONFIG"
+"""Names the settings file; not a setting itself."""
+
+NOT_SETTINGS = frozenset({CONFIG_ENV, "LAMBDALINE_FAILPOINT"})
+"""``LAMBDALINE_*`` variables that are read elsewhere, not by :class:`Settings`."""
+
+
+def config_file() -> Path:
+    """The settings file: ``$LAMBDALINE_CONFIG``, else ``lambdaline.toml`` here (may not exist)."""
+    return Path(os.environ.get(CONFIG_ENV, "lambdaline.toml"))
+
+
+def _setting_names(model: type[BaseModel] | None = None, prefix: str = "") -> list[str]:
+    """Every setting's dotted name, groups included: ``window``, ``topics``, ``topics.entries``."""
+    names = []
+    for name, field in (model or Settings).model_fields.items():
+        names.append(prefix + name)
+        group = field.annotation
+        if isinstance(group, type) and issubclass(group, BaseModel):
+            names += _setting_names(group, f"{prefix}{name}.")
+    return names
+
+
+def unknown_environment(environ: Mapping[str, str]) -> list[str]:
+    """``LAMBDALINE_*`` variables that name no setting, each with a close one if any.
+
+    pydantic-settings ignores them, so a misspelt variable would change nothing
+    without a word; a misspelt key in the settings file is already an error.
+    """
+    known = [name.replace(".", "__").upper() for name in _setting_names()]
+    problems = []
+    for variable in sorted(environ):
+        upper = variable.upper()
+        name = upper.removeprefix("LAMBDALINE_")
+        if name == upper or name in known or upper in NOT_SETTINGS:
+            continue
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f"; did you mean LAMBDALINE_{close[0]}?" if close else ""
+        problems.append(f"unknown setting {variable}: no setting has that name{hint}")
+    return problems
+
+
 def describe_validation_error(error: ValidationError) -> str:
     """One line per bad setting, naming its environment variable."""
     lines = []
     for problem in error.errors():
         path = [str(part) for part in problem["loc"]]
-        env_name = "LAMBDALINE_" + "__".join(path).upper()
         toml_name = ".".join(path)
+        if problem["type"] == "extra_forbidden":
+            # only the settings file can name a key no field has
+            close = difflib.get_close_matches(toml_name, _setting_names(), n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            lines.append(f"unknown setting {toml_name} in {config_file()}{hint}")
+            continue
+        env_name = "LAMBDALINE_" + "__".join(path).upper()
         lines.append(f"invalid setting {toml_name} ({env_name}): {problem['msg']}")
     return "\n".join(lines)
 
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    """Build and validate settings once per process; raise SettingsError naming bad ones."""
+    """Build and validate settings once per process; raise SettingsError naming bad ones.
+
+    Also refused: a ``LAMBDALINE_*`` variable that names no setting, a
+    ``LAMBDALINE_CONFIG`` naming no file, and a settings file that is not TOML.
+    """
+    problems = unknown_environment(os.environ)
+    if CONFIG_ENV in os.environ and not config_file().is_file():
+        problems.append(f"{CONFIG_ENV} names {config_file()}, which is not a file")
+    if problems:
+        raise SettingsError("\n".join(problems))
     try:
         return Settings()
     except ValidationError as error:
@@ -349,3 +419,5 @@ def get_settings() -> Settings:
         raise SettingsError(
             f"invalid setting {name} (LAMBDALINE_{name.upper()}): not valid JSON ({error})"
         ) from None
+    except tomllib.TOMLDecodeError as error:
+        raise SettingsError(f"{config_file()} is not valid TOML: {error}") from None

@@ -54,11 +54,13 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
 def _isolated_settings(
     monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    """Tests see default settings: no LAMBDALINE_* from the shell, no lambdaline.toml."""
+    """Tests see default settings: no LAMBDALINE_* from the shell, an empty settings file."""
     for name in list(os.environ):
         if name.startswith("LAMBDALINE_"):
             monkeypatch.delenv(name)
-    monkeypatch.setenv("LAMBDALINE_CONFIG", str(tmp_path_factory.getbasetemp() / "absent.toml"))
+    no_settings = tmp_path_factory.getbasetemp() / "empty.toml"
+    no_settings.touch()
+    monkeypatch.setenv("LAMBDALINE_CONFIG", str(no_settings))
     get_settings.cache_clear()
 
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from pathlib import Path
 
@@ -75,14 +76,77 @@ def test_a_bad_setting_fails_naming_it(
         get_settings()
 
 
-def test_unknown_setting_in_toml_is_rejected(
+def test_unknown_setting_in_toml_is_rejected_with_the_closest_name(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     config = tmp_path / "lambdaline.toml"
-    config.write_text("windw = '5m'\n")
+    config.write_text("windw = '5m'\n[topics]\nentrys = 'x.entries'\n")
     monkeypatch.setenv("LAMBDALINE_CONFIG", str(config))
-    with pytest.raises(SettingsError, match="windw"):
+    with pytest.raises(SettingsError) as raised:
         get_settings()
+    assert str(raised.value).splitlines() == [
+        f"unknown setting topics.entrys in {config}; did you mean topics.entries?",
+        f"unknown setting windw in {config}; did you mean window?",
+    ]
+
+
+def test_an_environment_variable_that_names_no_setting_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # pydantic-settings ignores these: a misspelt name would change nothing without a word
+    monkeypatch.setenv("LAMBDALINE_SPARK_DRIVER_MEM", "8g")
+    monkeypatch.setenv("LAMBDALINE_TOPICS__ENTRYS", "x.entries")
+    monkeypatch.setenv("LAMBDALINE_QQQ", "1")
+    with pytest.raises(SettingsError) as raised:
+        get_settings()
+    assert str(raised.value).splitlines() == [
+        "unknown setting LAMBDALINE_QQQ: no setting has that name",
+        "unknown setting LAMBDALINE_SPARK_DRIVER_MEM: no setting has that name; "
+        "did you mean LAMBDALINE_SPARK_DRIVER_MEMORY?",
+        "unknown setting LAMBDALINE_TOPICS__ENTRYS: no setting has that name; "
+        "did you mean LAMBDALINE_TOPICS__ENTRIES?",
+    ]
+
+
+def test_known_names_in_any_case_and_the_variables_read_elsewhere_are_accepted(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    config = tmp_path / "lambdaline.toml"
+    config.write_text("")
+    monkeypatch.setenv("lambdaline_watermark", "30s")
+    monkeypatch.setenv("LAMBDALINE_TOPICS", '{"exits": "x.exits"}')
+    monkeypatch.setenv("LAMBDALINE_FAILPOINT", "before-rename")
+    monkeypatch.setenv("LAMBDALINE_CONFIG", str(config))
+    settings = get_settings()
+    assert settings.watermark == timedelta(seconds=30)
+    assert settings.topics.exits == "x.exits"
+
+
+def test_a_config_file_that_is_missing_or_not_toml_is_named(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    config = tmp_path / "lambdaline.toml"
+    monkeypatch.setenv("LAMBDALINE_CONFIG", str(config))
+    with pytest.raises(
+        SettingsError, match=rf"^LAMBDALINE_CONFIG names {re.escape(str(config))}, "
+    ):
+        get_settings()
+    config.write_text('watermark = "2m\n')
+    with pytest.raises(
+        SettingsError, match=rf"^{re.escape(str(config))} is not valid TOML: .*line 1, column 16"
+    ):
+        get_settings()
+
+
+def test_a_file_where_a_directory_setting_points_is_named(tmp_path: Path) -> None:
+    in_the_way = tmp_path / "state"
+    in_the_way.write_text("")
+    with pytest.raises(
+        ValidationError, match=f"{re.escape(str(in_the_way))} exists and is not a directory"
+    ):
+        Settings(state_dir=in_the_way)
+    with pytest.raises(ValidationError, match="batch_store_dir"):
+        Settings(state_dir=tmp_path, batch_store_dir=in_the_way)
 
 
 def test_a_window_must_divide_a_day() -> None:
