@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import date
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -14,7 +14,13 @@ from rich.console import Console
 from rich.table import Table
 
 from batch_layer.publish import BatchStoreError, ListedVersion, list_versions, rollback
-from batch_layer.run import RunReport, batch_spark_session, default_run_date, run_batch
+from batch_layer.run import (
+    RunReport,
+    batch_spark_session,
+    default_run_date,
+    horizon_after,
+    run_batch,
+)
 from batch_layer.schedule import Scheduler, next_run_after, serve_until_signalled
 from shared.batch_store import STORE_TABLES
 from shared.events import format_instant
@@ -45,6 +51,23 @@ def _run_date(value: str | None) -> date:
         raise typer.BadParameter(
             f"{value!r} is not a date (YYYY-MM-DD)", param_hint="'--date'"
         ) from None
+
+
+def require_closed(day: date, now: datetime) -> None:
+    """Refuse a day that has not ended: its view would be partial, its horizon in the future.
+
+    The horizon never moves back but by rollback, so a mistyped year would hide
+    the speed layer's answers until that day ends (as Airflow refuses a run
+    dated in the future unless told otherwise).
+    """
+    horizon = horizon_after(day)
+    if horizon > now:
+        raise typer.BadParameter(
+            f"{day} is not over yet (it is {format_instant(now)}): its version would hold part "
+            f"of the day and publish a horizon of {format_instant(horizon)}, which hides the "
+            "speed layer's answers until then; pass --allow-open-day for data on a simulated clock",
+            param_hint="'--date'",
+        )
 
 
 def summary_table(report: RunReport) -> Table:
@@ -83,9 +106,19 @@ def batch_run(
         int | None,
         typer.Option("--lookback-days", min=0, help="days up to --date recomputed every run"),
     ] = None,
+    allow_open_day: Annotated[
+        bool,
+        typer.Option(
+            "--allow-open-day",
+            help="allow a --date that is not over yet (UTC), for data on a simulated clock "
+            "such as the demo's; its horizon hides the speed layer's answers until then",
+        ),
+    ] = False,
 ) -> None:
     """Ingest Kafka into the master dataset, recompute views, publish a new version."""
     day = _run_date(run_date)
+    if not allow_open_day:
+        require_closed(day, datetime.now(UTC))
     configure_logging()
     settings = get_settings()
     # SIGTERM unwinds (lambdaline.cli.main): the lock is released, Spark stopped

@@ -6,12 +6,15 @@ import io
 import json
 import os
 import stat
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import pytest
+import typer
 from rich.console import Console
 from typer.testing import CliRunner
 
+from batch_layer.cli import require_closed
 from lambdaline.cli import app, topics_table
 from lambdaline.kafka_broker import free_port, new_cluster_id
 from lambdaline.topics import TopicOutcome
@@ -146,6 +149,36 @@ def test_batch_run_rejects_a_bad_date() -> None:
     assert result.exit_code == 2
     message = "Invalid value for '--date': 'yesterday' is not a date (YYYY-MM-DD)"
     assert message in error_text(result.output)
+
+
+def test_batch_run_refuses_a_day_that_is_not_over(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("LAMBDALINE_STATE_DIR", str(tmp_path))
+    tomorrow = (datetime.now(UTC) + timedelta(days=1)).date()
+    result = runner.invoke(app, ["batch", "run", "--date", tomorrow.isoformat()])
+    assert result.exit_code == 2
+    message = error_text(result.output)
+    assert f"Invalid value for '--date': {tomorrow} is not over yet" in message
+    assert f"horizon of {tomorrow + timedelta(days=1)}T00:00:00.000Z" in message
+    assert "--allow-open-day" in message
+    assert not (tmp_path / "batch").exists()  # refused before anything started
+
+
+@pytest.mark.parametrize(
+    ("now", "refused"),
+    [
+        (datetime(2026, 1, 5, 23, 59, 59, 999000, tzinfo=UTC), True),
+        (datetime(2026, 1, 6, 0, 0, tzinfo=UTC), False),  # the day has just ended
+        (datetime(2026, 1, 4, 12, 0, tzinfo=UTC), True),
+    ],
+)
+def test_a_run_date_is_closed_once_its_day_has_ended(now: datetime, refused: bool) -> None:
+    if refused:
+        with pytest.raises(typer.BadParameter, match="2026-01-05 is not over yet"):
+            require_closed(date(2026, 1, 5), now)
+    else:
+        require_closed(date(2026, 1, 5), now)
 
 
 def test_batch_schedule_rejects_a_bad_cron_expression() -> None:
