@@ -267,7 +267,8 @@ def generate(
         str | None, typer.Option(help="stop after this much simulated time, e.g. 10m")
     ] = None,
     out_file: Annotated[
-        Path | None, typer.Option("--out", help="write JSON lines here instead of Kafka")
+        Path | None,
+        typer.Option("--out", dir_okay=False, help="write JSON lines here instead of Kafka"),
     ] = None,
     workers: Annotated[
         int | None, typer.Option(min=1, help="producer processes (default: cores)")
@@ -352,7 +353,8 @@ def demo(
 def bench(
     events: Annotated[int, typer.Option(min=1000, help="events in the seeded dataset")] = 1_000_000,
     out_dir: Annotated[
-        Path, typer.Option("--out", help="results go to a new folder under this one")
+        Path,
+        typer.Option("--out", file_okay=False, help="results go to a new folder under this one"),
     ] = Path("bench-results"),
     seed: Annotated[int, typer.Option(help="generator seed")] = 7,
     probes: Annotated[int, typer.Option(min=1, help="timed freshness probes")] = 20,

@@ -90,6 +90,19 @@ def test_generate_rejects_a_fraction_above_one(tmp_path: Path) -> None:
     assert "--malformed" in result.output
 
 
+def test_an_out_option_naming_the_wrong_kind_of_path_is_refused(tmp_path: Path) -> None:
+    a_file = tmp_path / "results"
+    a_file.write_text("")
+    generate = runner.invoke(app, ["generate", "--events", "1", "--out", str(tmp_path)])
+    assert generate.exit_code == 2
+    assert f"Invalid value for '--out': file '{tmp_path}' is a directory" in error_text(
+        generate.output
+    )
+    bench = runner.invoke(app, ["bench", "--out", str(a_file)])
+    assert bench.exit_code == 2
+    assert f"Invalid value for '--out': dir '{a_file}' is a file" in error_text(bench.output)
+
+
 def test_generate_to_a_file(tmp_path: Path) -> None:
     out = tmp_path / "stream.jsonl"
     result = runner.invoke(
