@@ -10,12 +10,11 @@ only after the pointer has moved, and never the one ``CURRENT`` names.
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import time
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -32,6 +31,7 @@ from shared.batch_store import (
     read_current,
     version_file,
 )
+from shared.locks import LockHeldError, exclusive_lock
 from shared.logs import log_event
 
 logger = logging.getLogger("lambdaline.batch")
@@ -74,27 +74,14 @@ def _replace_atomically(target: Path, text: str) -> None:
 @contextmanager
 def run_lock(store: Path) -> Iterator[None]:
     """Hold the store's run lock: one batch run (ingest, recompute, publish) at a time."""
-    store.mkdir(parents=True, exist_ok=True)
-    with (store / "run.lock").open("a+", encoding="utf-8") as handle:
+    with ExitStack() as held:
         try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "unknown"
-            raise BatchStoreError(
-                f"another batch run holds {store / 'run.lock'} (pid {holder}); "
-                "wait for it to finish"
-            ) from None
-        handle.seek(0)
-        handle.truncate()
-        handle.write(str(os.getpid()))
-        handle.flush()
-        try:
-            yield
-        finally:
-            handle.seek(0)
-            handle.truncate()
-            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+            held.enter_context(
+                exclusive_lock(store / "run.lock", "another batch run", "wait for it to finish")
+            )
+        except LockHeldError as error:
+            raise BatchStoreError(str(error)) from None
+        yield
 
 
 def _version_numbers(store: Path) -> list[int]:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from contextlib import ExitStack
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
 from shared.kafka_admin import KafkaNotReadyError, require_kafka
+from shared.locks import LockHeldError, exclusive_lock
 from shared.logs import configure_logging
 from shared.settings import get_settings
 from shared.topics import all_topics
@@ -25,15 +27,25 @@ def speed_run(
     """Run the speed job (continuous by default; Ctrl-C or SIGTERM stops it cleanly)."""
     configure_logging()
     settings = get_settings()
-    try:
-        require_kafka(settings, [spec.name for spec in all_topics(settings)])
-    except KafkaNotReadyError as error:
-        Console(stderr=True).print(f"[red]error:[/red] {error}", highlight=False, soft_wrap=True)
-        raise typer.Exit(1) from None
-    spark = job.speed_spark_session(settings)
-    try:
-        job.run(spark, settings, available_now=available_now)
-    finally:
-        # stops the SparkContext, which deletes its scratch (shuffle files, the
-        # driver's temporary files) before the JVM exits with this process
-        spark.stop()
+    with ExitStack() as held:
+        try:
+            held.enter_context(
+                exclusive_lock(
+                    settings.checkpoints_dir / "speed.lock",
+                    "another speed job",
+                    "two jobs on one checkpoint would fail each other; stop it first, or give "
+                    "this one another LAMBDALINE_STATE_DIR",
+                )
+            )
+            require_kafka(settings, [spec.name for spec in all_topics(settings)])
+        except (KafkaNotReadyError, LockHeldError) as error:
+            errors = Console(stderr=True, soft_wrap=True)
+            errors.print(f"[red]error:[/red] {error}", highlight=False)
+            raise typer.Exit(1) from None
+        spark = job.speed_spark_session(settings)
+        try:
+            job.run(spark, settings, available_now=available_now)
+        finally:
+            # stops the SparkContext, which deletes its scratch (shuffle files, the
+            # driver's temporary files) before the JVM exits with this process
+            spark.stop()

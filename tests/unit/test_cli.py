@@ -19,6 +19,7 @@ from lambdaline.cli import app, topics_table
 from lambdaline.kafka_broker import free_port, new_cluster_id
 from lambdaline.topics import TopicOutcome
 from shared.jvm import JarResolutionError, JvmProfile, resolve_jars
+from shared.locks import exclusive_lock
 from shared.settings import Settings
 from shared.topics import all_topics
 
@@ -192,6 +193,21 @@ def test_a_run_date_is_closed_once_its_day_has_ended(now: datetime, refused: boo
             require_closed(date(2026, 1, 5), now)
     else:
         require_closed(date(2026, 1, 5), now)
+
+
+def test_speed_run_refuses_to_share_its_checkpoint_with_another_speed_job(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("LAMBDALINE_STATE_DIR", str(tmp_path))
+    lock = tmp_path / "checkpoints" / "speed.lock"
+    with exclusive_lock(lock, "another speed job", "-"):  # as a running `speed run` holds it
+        result = runner.invoke(app, ["speed", "run"])
+    assert result.exit_code == 1
+    assert (
+        f"error: another speed job holds {lock} (pid {os.getpid()}); two jobs on one checkpoint "
+        "would fail each other; stop it first, or give this one another LAMBDALINE_STATE_DIR"
+        in " ".join(result.output.split())
+    )
 
 
 def test_batch_schedule_rejects_a_bad_cron_expression() -> None:
