@@ -33,12 +33,9 @@ from shared.batch_store import (
 )
 from shared.locks import LockHeldError, exclusive_lock
 from shared.logs import log_event
+from shared.settings import FAILPOINT_ENV
 
 logger = logging.getLogger("lambdaline.batch")
-
-FAILPOINT_ENV = "LAMBDALINE_FAILPOINT"
-"""Test hook: names a point in :func:`publish_version` where the process stops
-and waits to be killed (``publish_tables``, ``publish_before_pointer``)."""
 
 
 class BatchStoreError(Exception):
@@ -46,6 +43,10 @@ class BatchStoreError(Exception):
 
 
 def _failpoint(name: str) -> None:
+    """Test hook: wait here to be killed when ``$LAMBDALINE_FAILPOINT`` names this point.
+
+    The points, in :func:`publish_version`: ``publish_tables``, ``publish_before_pointer``.
+    """
     if os.environ.get(FAILPOINT_ENV) == name:
         log_event(logger, "failpoint_reached", failpoint=name, pid=os.getpid())
         while True:  # wait here for the test to kill -9 this process

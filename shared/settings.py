@@ -341,7 +341,10 @@ class SettingsError(Exception):
 CONFIG_ENV = "LAMBDALINE_CONFIG"
 """Names the settings file; not a setting itself."""
 
-NOT_SETTINGS = frozenset({CONFIG_ENV, "LAMBDALINE_FAILPOINT"})
+FAILPOINT_ENV = "LAMBDALINE_FAILPOINT"
+"""Names a point where the batch publish stops for a test to kill it; not a setting."""
+
+NOT_SETTINGS = frozenset({CONFIG_ENV, FAILPOINT_ENV})
 """``LAMBDALINE_*`` variables that are read elsewhere, not by :class:`Settings`."""
 
 
