@@ -13,6 +13,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from batch_layer.master import MasterDatasetError
 from batch_layer.publish import BatchStoreError, ListedVersion, list_versions, rollback
 from batch_layer.run import (
     RunReport,
@@ -130,7 +131,7 @@ def batch_run(
     lookback = settings.batch_lookback_days if lookback_days is None else lookback_days
     try:
         report = run_batch(spark, settings, day, lookback)
-    except BatchStoreError as error:
+    except (BatchStoreError, MasterDatasetError) as error:
         raise _fail(str(error)) from None
     finally:
         spark.stop()

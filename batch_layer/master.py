@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import date
 
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -107,6 +108,35 @@ def _hadoop_fs(spark: SparkSession, location: str) -> tuple[object, object]:
     path = jvm.org.apache.hadoop.fs.Path(location)
     conf = spark.sparkContext._jsc.hadoopConfiguration()
     return path.getFileSystem(conf), path
+
+
+class MasterDatasetError(Exception):
+    """The master dataset's location cannot be used; the message says why."""
+
+
+def require_master_location(spark: SparkSession, location: str) -> None:
+    """Raise :class:`MasterDatasetError` unless Spark can open ``location``'s file system.
+
+    Checked before the ingest starts: otherwise a URL whose file system Spark
+    lacks (``s3a://`` without hadoop-aws) or cannot reach fails inside the
+    streaming query, as a Java stack trace of some 280 lines.
+    """
+    try:
+        fs, path = _hadoop_fs(spark, location)
+        fs.exists(path)  # type: ignore[attr-defined]
+    except Py4JJavaError as error:
+        cause = error.java_exception
+        while cause.getCause() is not None:
+            cause = cause.getCause()
+        reason = f"{cause.getClass().getSimpleName()}: {cause.getMessage()}"
+        hint = (
+            "; its file system's jars must be on Spark's classpath (e.g. hadoop-aws for s3a://)"
+            if "ClassNotFoundException" in reason or "No FileSystem for scheme" in reason
+            else ""
+        )
+        raise MasterDatasetError(
+            f"cannot use the master dataset at {location} (master_dir): {reason}{hint}"
+        ) from None
 
 
 def _glob_names(spark: SparkSession, pattern: str) -> list[str]:

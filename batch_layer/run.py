@@ -133,8 +133,9 @@ def run_batch(
     """Ingest, recompute and publish once; returns what was done.
 
     Raises :class:`batch_layer.publish.BatchStoreError` if another run holds
-    the lock. A failure before the pointer moves leaves the served version as
-    it was.
+    the lock, :class:`batch_layer.master.MasterDatasetError` if the master
+    dataset's location cannot be used. A failure before the pointer moves
+    leaves the served version as it was.
     """
     report = RunReport(run_date)
     store = settings.batch_store
@@ -150,6 +151,7 @@ def run_batch(
     ):
         # ingest: Kafka -> master dataset, exactly once
         with _step(report, "ingest", progress, "ingest Kafka -> master dataset", cpu_clock) as task:
+            master.require_master_location(spark, settings.master_location)
 
             def ingested(batch: master.IngestedBatch) -> None:
                 report.ingest_batches += 1
