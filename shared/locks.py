@@ -1,9 +1,9 @@
 """One process at a time: an advisory lock file that names its holder.
 
 A batch run holds ``<batch store>/run.lock``, a speed job
-``<state_dir>/checkpoints/speed.lock``: two speed jobs on one checkpoint would
-each take the other's micro-batches, and Spark would fail one of them only
-later, mid-stream, with ``CONCURRENT_STREAM_LOG_UPDATE``. The lock is
+``<state_dir>/checkpoints/speed.lock``: two speed jobs on one checkpoint run the
+same micro-batches and race to write its offset log, and Spark fails one of
+their queries only later, mid-stream, with ``CONCURRENT_STREAM_LOG_UPDATE``. The lock is
 ``flock``: the kernel releases it when its holder dies, ``kill -9`` included,
 so a stale file never blocks a restart. It guards one machine's processes; on a
 cluster the scheduler (cron's one host, Kubernetes' ``concurrencyPolicy:
