@@ -34,6 +34,7 @@ from serving.cli import serve
 from shared.events import format_instant, parse_instant
 from shared.jvm import JarResolutionError, JvmProfile, resolve_jars
 from shared.kafka_admin import KafkaNotReadyError, unreachable
+from shared.locks import LockHeldError
 from shared.settings import Settings, SettingsError, get_settings, parse_duration
 from speed_layer.cli import speed_app
 
@@ -72,7 +73,12 @@ def _clear_errors() -> Iterator[None]:
     """Turn the project's expected failures into one red line and a non-zero exit."""
     try:
         yield
-    except (kafka_broker.BrokerError, JarResolutionError, KafkaNotReadyError) as error:
+    except (
+        kafka_broker.BrokerError,
+        JarResolutionError,
+        KafkaNotReadyError,
+        LockHeldError,
+    ) as error:
         console.print(f"[red]error:[/red] {error}", highlight=False)
         raise typer.Exit(1) from None
     except (KafkaTimeoutError, KafkaConnectionError) as error:

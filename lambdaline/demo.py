@@ -53,6 +53,7 @@ from lambdaline.processes import CLI, STOP_GRACE_S, Supervisor, log_tail
 from lambdaline.topics import create_topics
 from shared.events import format_instant, parse_instant
 from shared.kafka_admin import kafka_consumer, port_open
+from shared.locks import exclusive_lock
 from shared.logs import configure_logging
 from shared.settings import Settings
 
@@ -269,7 +270,10 @@ def _signals(handler: Callable[[int, FrameType | None], None]) -> Iterator[None]
 
 
 def run(settings: Settings, host: str, port: int, fresh: bool, console: Console) -> int:
-    """Run the demo until a signal; return the exit code (0 after Ctrl-C, 1 if a part died)."""
+    """Run the demo until a signal; return the exit code (0 after Ctrl-C, 1 if a part died).
+
+    Raises :class:`shared.locks.LockHeldError` if another demo runs on the same state folder.
+    """
     stopping, force = threading.Event(), threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -280,7 +284,16 @@ def run(settings: Settings, host: str, port: int, fresh: bool, console: Console)
             stopping.set()
             console.print(f"{signal.Signals(signum).name}: stopping every part of the demo")
 
-    with _signals(on_signal):
+    # one demo per state folder: a second would share the first one's broker, feed it a
+    # second stream, and its speed job would be refused the checkpoint (or --fresh delete it)
+    with (
+        exclusive_lock(
+            settings.state_dir / "demo.lock",
+            "another demo",
+            "stop it (Ctrl-C where it runs), or give this one another LAMBDALINE_STATE_DIR",
+        ),
+        _signals(on_signal),
+    ):
         return _run(settings, host, port, fresh, console, stopping, force)
 
 

@@ -210,6 +210,21 @@ def test_speed_run_refuses_to_share_its_checkpoint_with_another_speed_job(
     )
 
 
+def test_a_second_demo_on_the_same_state_folder_is_refused_before_it_starts_anything(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("LAMBDALINE_STATE_DIR", str(tmp_path))
+    with exclusive_lock(tmp_path / "demo.lock", "another demo", "-"):  # as a running demo does
+        result = runner.invoke(app, ["demo", "--fresh", "--port", str(free_port())])
+    assert result.exit_code == 1
+    assert (
+        f"error: another demo holds {tmp_path / 'demo.lock'} (pid {os.getpid()}); stop it "
+        "(Ctrl-C where it runs), or give this one another LAMBDALINE_STATE_DIR"
+        in " ".join(result.output.split())
+    )
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["demo.lock"]  # nothing started
+
+
 def test_batch_schedule_rejects_a_bad_cron_expression() -> None:
     result = runner.invoke(app, ["batch", "schedule", "--cron", "every night"])
     assert result.exit_code == 2
