@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from croniter import croniter
 from rich import box
 from rich.console import Console
 from rich.table import Table
@@ -24,6 +23,7 @@ from batch_layer.run import (
 )
 from batch_layer.schedule import Scheduler, next_run_after, serve_until_signalled
 from shared.batch_store import STORE_TABLES
+from shared.cron import check_cron
 from shared.events import format_instant
 from shared.kafka_admin import KafkaNotReadyError, require_kafka
 from shared.logs import configure_logging
@@ -220,11 +220,10 @@ def batch_schedule(
     configure_logging()
     settings = get_settings()
     expression = cron or settings.batch_cron
-    if not croniter.is_valid(expression):
-        raise typer.BadParameter(
-            f"{expression!r} is not a cron expression (minute hour day month weekday)",
-            param_hint="'--cron'",
-        )
+    try:
+        check_cron(expression)
+    except ValueError as error:
+        raise typer.BadParameter(str(error), param_hint="'--cron'") from None
     scheduler = Scheduler(expression)
     first = next_run_after(expression, scheduler.clock())
     console.print(f"schedule {expression!r} (UTC): next run {first.isoformat()}; Ctrl-C stops")

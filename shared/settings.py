@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import pydantic_settings
-from croniter import croniter
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import (
     BaseSettings,
@@ -35,6 +34,8 @@ from pydantic_settings import (
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
+
+from shared.cron import check_cron
 
 _DURATION = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(ms|s|m|min|h|d)\s*$")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
@@ -275,9 +276,7 @@ class Settings(BaseSettings):
     @field_validator("batch_cron", "demo_batch_cron")
     @classmethod
     def _valid_cron(cls, value: str) -> str:
-        if not croniter.is_valid(value):
-            raise ValueError(f"{value!r} is not a cron expression (minute hour day month weekday)")
-        return value
+        return check_cron(value)
 
     @classmethod
     def settings_customise_sources(

@@ -226,9 +226,12 @@ def test_a_second_demo_on_the_same_state_folder_is_refused_before_it_starts_anyt
 
 
 def test_batch_schedule_rejects_a_bad_cron_expression() -> None:
-    result = runner.invoke(app, ["batch", "schedule", "--cron", "every night"])
+    result = runner.invoke(app, ["batch", "schedule", "--cron", "0 2 * * 9"])
     assert result.exit_code == 2
-    assert "is not a cron expression" in result.output
+    assert (
+        "Invalid value for '--cron': '0 2 * * 9' is not a cron expression: "
+        "its day-of-week field '9' is not valid (0-7 or sun-sat)"
+    ) in error_text(result.output)
 
 
 def test_batch_rollback_names_the_kept_versions(

@@ -169,8 +169,10 @@ def test_a_duration_has_a_label_the_settings_read_back(duration: timedelta, labe
 
 
 def test_batch_cron_must_be_a_cron_expression() -> None:
-    with pytest.raises(ValidationError, match="is not a cron expression"):
-        Settings(batch_cron="nightly")
+    with pytest.raises(ValidationError, match="its hour field '24' is not valid"):
+        Settings(batch_cron="0 24 * * *")
+    with pytest.raises(ValidationError, match="has 6 fields"):
+        Settings(demo_batch_cron="0 0 1 * * *")
 
 
 def test_master_and_batch_store_default_under_the_state_dir(tmp_path: Path) -> None:
