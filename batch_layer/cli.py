@@ -25,9 +25,10 @@ from batch_layer.schedule import Scheduler, next_run_after, serve_until_signalle
 from shared.batch_store import STORE_TABLES
 from shared.cron import check_cron
 from shared.events import format_instant
-from shared.kafka_admin import KafkaNotReadyError, require_kafka
+from shared.kafka_admin import KafkaNotReadyError, kafka_answers, require_kafka
 from shared.logs import configure_logging
 from shared.settings import get_settings
+from shared.streaming import QueryFailedError
 from shared.topics import input_topics
 
 batch_app = typer.Typer(
@@ -133,6 +134,9 @@ def batch_run(
         report = run_batch(spark, settings, day, lookback)
     except (BatchStoreError, MasterDatasetError) as error:
         raise _fail(str(error)) from None
+    except QueryFailedError as error:  # the ingest; its checkpoint keeps what it committed
+        failure = f"{error}{kafka_answers(settings)}"
+        raise _fail(f"{failure}; the next run takes the ingest up where it stopped") from None
     finally:
         spark.stop()
     console.print(summary_table(report))

@@ -37,7 +37,14 @@ from pyspark.sql import types as T
 from shared.events import EVENT_TYPES, EventType
 from shared.logs import log_event
 from shared.settings import Settings
-from shared.streaming import brief_java_errors, stop_query, stop_requests, wait_for
+from shared.streaming import (
+    brief_java_errors,
+    kafka_stream,
+    raise_if_failed,
+    stop_query,
+    stop_requests,
+    wait_for,
+)
 from shared.topics import input_topics
 from shared.validation import (
     DEAD_LETTER_SCHEMA,
@@ -233,14 +240,8 @@ def ingest(
     One ``Trigger.AvailableNow`` query over the three input topics; the
     micro-batches it ran (none if Kafka holds nothing new) are returned.
     """
-    reader = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
-        .option("subscribe", ",".join(input_topics(settings)))
-        .option("startingOffsets", "earliest")
-        # a record Kafka already deleted (retention) is gone for good: say so and stop
-        .option("failOnDataLoss", "true")
-    )
+    # a record Kafka already deleted (retention) is gone for good: say so and stop
+    reader = kafka_stream(spark, settings, input_topics(settings)).option("failOnDataLoss", "true")
     if settings.batch_max_offsets_per_trigger is not None:
         reader = reader.option("maxOffsetsPerTrigger", settings.batch_max_offsets_per_trigger)
     batches: list[IngestedBatch] = []
@@ -261,9 +262,10 @@ def ingest(
             .trigger(availableNow=True)
             .start()
         )
-        if not wait_for(query, stop):
+        if not wait_for([query], stop):
             stop_query(query)  # its micro-batch is not committed: the next run takes it again
             raise SystemExit(stop.exit_code)
+    raise_if_failed([query])
     return batches
 
 

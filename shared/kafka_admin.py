@@ -108,6 +108,19 @@ def require_kafka(
         )
 
 
+def kafka_answers(settings: Settings) -> str:
+    """ "" if the cluster answers now; else "; " and why not, to follow a job's error.
+
+    A streaming query whose broker went away fails after its consumer's timeout
+    with a Kafka TimeoutException; this says whether that is the reason.
+    """
+    try:
+        require_kafka(settings)
+    except KafkaNotReadyError as error:
+        return f"; {error}"
+    return ""
+
+
 class _Consumer(KafkaConsumer):  # type: ignore[misc]  # kafka-python has no type hints
     def __init__(self, **configs: Any) -> None:
         try:

@@ -132,7 +132,8 @@ class Settings(BaseSettings):
     kafka_partitions: int = Field(2, ge=1, le=1024, description="partitions per created topic")
     kafka_start_timeout: Duration = Field(timedelta(seconds=90))
     kafka_timeout: Duration = Field(
-        timedelta(seconds=30), description="how long clients wait for the cluster to answer"
+        timedelta(seconds=30),
+        description="how long Kafka clients (lambdaline's, Spark's sources) wait for the cluster",
     )
     input_retention: Duration | None = Field(
         None,

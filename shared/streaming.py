@@ -13,20 +13,24 @@ caller polls ``awaitTermination`` and stops its queries between calls
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import logging
+import re
 import signal
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
 from types import FrameType
 
 from py4j.protocol import Py4JJavaError
-from pyspark.sql import DataFrame
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
+from pyspark.sql.streaming.readwriter import DataStreamReader
 
 from shared.logs import log_event
+from shared.settings import Settings
 
 logger = logging.getLogger("lambdaline.streaming")
 
@@ -46,6 +50,29 @@ BRIEF_ERROR_CHARS = 1000
 """At most this much of a Java error's message travels back to Spark (see below)."""
 
 
+def kafka_stream(
+    spark: SparkSession, settings: Settings, topics: Sequence[str]
+) -> DataStreamReader:
+    """Spark's Kafka source on ``topics``, from their earliest offsets; both layers read with it.
+
+    Its clients wait ``kafka_timeout`` for the cluster, as lambdaline's own do
+    (Kafka's ``default.api.timeout.ms``, 60 s unless set). A query whose broker
+    has gone fails once they give up, and Spark looks up offsets three times
+    before it does: with the default, a speed job noticed a stopped broker only
+    after three minutes.
+    """
+    timeout_ms = str(int(settings.kafka_timeout.total_seconds() * 1000))
+    return (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        # Kafka refuses an API timeout shorter than a request's (30 s unless set)
+        .option("kafka.default.api.timeout.ms", timeout_ms)
+        .option("kafka.request.timeout.ms", timeout_ms)
+        .option("subscribe", ",".join(topics))
+        .option("startingOffsets", "earliest")
+    )
+
+
 class StopRequest:
     """Set by the first of :data:`STOP_SIGNALS` while :func:`stop_requests` is active."""
 
@@ -62,7 +89,7 @@ class StopRequest:
         return 128 + (self.signum or signal.SIGTERM)
 
 
-@contextmanager
+@contextlib.contextmanager
 def stop_requests(on_signal: Callable[[int], None] | None = None) -> Iterator[StopRequest]:
     """While active, a stop signal only sets the request (and calls ``on_signal``);
     the handlers before are restored on exit."""
@@ -83,12 +110,76 @@ def stop_requests(on_signal: Callable[[int], None] | None = None) -> Iterator[St
             signal.signal(sig, handler)
 
 
-def wait_for(query: StreamingQuery, request: StopRequest) -> bool:
-    """Wait until the query terminates (True) or a stop is requested (False)."""
-    while not query.awaitTermination(POLL_S):
+def wait_for(queries: Sequence[StreamingQuery], request: StopRequest) -> bool:
+    """Wait until every query has ended or one has failed (True), or a stop is requested (False).
+
+    One failed query ends the wait at once, whichever it is: the caller stops the
+    others and raises :func:`raise_if_failed`'s error. A job whose Kafka broker
+    went away had its first query fail after the consumer's timeout (60 s); the
+    job then ended with a Python traceback and the query's whole logical plan.
+    """
+    while True:
+        active = [query for query in queries if query.isActive]
+        if not active or any(query.exception() is not None for query in queries):
+            return True
         if request.is_set():
             return False
-    return True
+        with contextlib.suppress(StreamingQueryException):  # it failed: seen next round
+            active[0].awaitTermination(POLL_S)
+
+
+class QueryFailedError(RuntimeError):
+    """A streaming query ended with an error: the message names it and the error's cause."""
+
+
+_ERROR_NAME = re.compile(r"\b\w+(?:Exception|Error): ")
+_TRACE_STARTS = (
+    "\n\tat ",
+    "\nDriver stacktrace:",
+    "\n=== Streaming Query ===",
+    "\nJVM stacktrace:",
+)
+CAUSE_CHARS = 400
+
+
+def innermost_cause(text: str) -> str:
+    """The last ``SomeException: message`` (or ``...Error``) line of an error's text.
+
+    A streaming query's error nests the cause in text, not as Java causes: Spark's
+    StreamingQueryException holds foreachBatch's Python error, which holds the
+    Java error of the job it ran, whose message holds the failed task's error
+    (``... most recent failure: Lost task 1.0 ...: org.apache.kafka.common.errors.
+    TimeoutException: Timeout of 60000ms expired ...``). Stack traces and the
+    query's plan are left out.
+    """
+    for start in _TRACE_STARTS:
+        text = text.split(start, 1)[0]
+    names = list(_ERROR_NAME.finditer(text))
+    cause = text[names[-1].start() :] if names else text.strip()
+    return cause.split("\n", 1)[0].strip()[:CAUSE_CHARS]
+
+
+def failure_cause(error: Exception) -> str:
+    """A failed query's cause in one line: the innermost error it wraps.
+
+    The message of Spark's error names only the outermost failure (``Failed to
+    create new KafkaAdminClient``); the reason is in its Java causes
+    (``ConfigException: ...``), which pyspark keeps as a chain of Python errors
+    (``_cause``, pinned pyspark 4.0.0; without it, the text is read). A
+    foreachBatch failure's innermost cause is the Python proxy's error, whose
+    text holds the Python traceback and, in it, the Java error.
+    """
+    while (cause := getattr(error, "_cause", None)) is not None:
+        error = cause
+    return innermost_cause(str(error))
+
+
+def raise_if_failed(queries: Sequence[StreamingQuery]) -> None:
+    """Raise :class:`QueryFailedError` for the first of ``queries`` that ended with an error."""
+    for query in queries:
+        error = query.exception()
+        if error is not None:
+            raise QueryFailedError(f"query {query.name} failed: {failure_cause(error)}")
 
 
 def stop_query(query: StreamingQuery) -> None:

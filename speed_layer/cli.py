@@ -8,10 +8,11 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from shared.kafka_admin import KafkaNotReadyError, require_kafka
+from shared.kafka_admin import KafkaNotReadyError, kafka_answers, require_kafka
 from shared.locks import LockHeldError, exclusive_lock
 from shared.logs import configure_logging
 from shared.settings import get_settings
+from shared.streaming import QueryFailedError
 from shared.topics import all_topics
 from speed_layer import job
 
@@ -39,13 +40,24 @@ def speed_run(
             )
             require_kafka(settings, [spec.name for spec in all_topics(settings)])
         except (KafkaNotReadyError, LockHeldError) as error:
-            errors = Console(stderr=True, soft_wrap=True)
-            errors.print(f"[red]error:[/red] {error}", highlight=False)
-            raise typer.Exit(1) from None
+            raise _fail(str(error)) from None
         spark = job.speed_spark_session(settings)
+        failure: QueryFailedError | None = None
         try:
             job.run(spark, settings, available_now=available_now)
+        except QueryFailedError as error:
+            failure = error
         finally:
             # stops the SparkContext, which deletes its scratch (shuffle files, the
             # driver's temporary files) before the JVM exits with this process
             spark.stop()
+    if failure is not None:
+        raise _fail(
+            f"{failure}{kafka_answers(settings)}; the checkpoint holds every committed "
+            "micro-batch: run `lambdaline speed run` again to go on from there"
+        )
+
+
+def _fail(message: str) -> typer.Exit:
+    Console(stderr=True, soft_wrap=True).print(f"[red]error:[/red] {message}", highlight=False)
+    return typer.Exit(1)

@@ -21,7 +21,14 @@ from shared.events import EVENT_TYPES, TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATI
 from shared.logs import log_event
 from shared.settings import Settings
 from shared.spark_session import spark_session
-from shared.streaming import brief_java_errors, stop_query, stop_requests, wait_for
+from shared.streaming import (
+    brief_java_errors,
+    kafka_stream,
+    raise_if_failed,
+    stop_query,
+    stop_requests,
+    wait_for,
+)
 from shared.topics import input_topics
 from shared.validation import DecodedRecords, decode_records
 from shared.views import COUNTED_INPUTS, booth_stats, without_duplicates
@@ -66,12 +73,7 @@ def read_input_topics(
 ) -> DataFrame:
     """A streaming read of the topics of these event types (raw Kafka records)."""
     topics = [event_type.topic(settings.topics) for event_type in event_types]
-    reader = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
-        .option("subscribe", ",".join(topics))
-        .option("startingOffsets", "earliest")
-    )
+    reader = kafka_stream(spark, settings, topics)
     if settings.speed_max_offsets_per_trigger is not None:
         reader = reader.option("maxOffsetsPerTrigger", settings.speed_max_offsets_per_trigger)
     return reader.load()
@@ -195,7 +197,7 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
                     break
                 queries = [_started(spark, writer, available_now, lane) for writer, lane in phase]
                 started += queries
-                if not all(wait_for(query, stop) for query in queries):
+                if not wait_for(queries, stop) or any(q.exception() is not None for q in queries):
                     break
         finally:
             for query in started:  # on a stop request, or when one query failed
@@ -204,7 +206,5 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
             listener.wait_for_terminations(str(query.id) for query in started)
             spark.streams.removeListener(listener)
             listener.close()
-    failed = [query.name for query in started if query.exception() is not None]
-    if failed:
-        raise RuntimeError(f"speed queries failed: {', '.join(failed)}")
+    raise_if_failed(started)
     log_event(logger, "speed_stopped")

@@ -54,7 +54,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from shared.settings import Settings
-from shared.streaming import MicroBatchFunction
+from shared.streaming import MicroBatchFunction, kafka_stream
 from shared.topics import DIAGNOSTIC_ENTRIES, speed_topic
 from shared.views import (
     count_diagnostics,
@@ -210,10 +210,7 @@ def diagnostic_counts(spark: SparkSession, settings: Settings) -> DataFrame:
     """
     delay = settings.max_trip + settings.watermark
     entries = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
-        .option("subscribe", speed_topic(settings, DIAGNOSTIC_ENTRIES))
-        .option("startingOffsets", "earliest")
+        kafka_stream(spark, settings, [speed_topic(settings, DIAGNOSTIC_ENTRIES)])
         .load()
         .select(
             F.from_json(F.col("value").cast("string"), DIAGNOSTIC_ENTRY_SCHEMA, JSON_OPTIONS).alias(

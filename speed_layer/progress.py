@@ -16,12 +16,17 @@ from collections.abc import Iterable
 from typing import Any
 
 from kafka import KafkaProducer
+from kafka.errors import KafkaTimeoutError
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
 from shared.logs import log_event
 from shared.settings import Settings
 
 logger = logging.getLogger("lambdaline.speed")
+
+FLUSH_TIMEOUT_S = 5.0
+"""How long the progress producer waits to send what it holds when a query ends:
+a progress record is an observation, not data, and is not worth holding up a stop."""
 
 
 def progress_record(progress: Any) -> dict[str, Any]:
@@ -70,8 +75,8 @@ class ProgressPublisher(StreamingQueryListener):
         pass
 
     def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
-        self.producer.flush()
         log_event(logger, "query_terminated", id=str(event.id), exception=event.exception)
+        self._flush()
         with self._terminated_changed:
             self._terminated.add(str(event.id))
             self._terminated_changed.notify_all()
@@ -88,6 +93,21 @@ class ProgressPublisher(StreamingQueryListener):
             while not wanted <= self._terminated and time.monotonic() < deadline:
                 self._terminated_changed.wait(timeout=deadline - time.monotonic())
 
+    def _flush(self) -> None:
+        """Send what is buffered, waiting :data:`FLUSH_TIMEOUT_S` at most.
+
+        Unbounded, a flush to a broker that has gone held Spark's listener bus
+        (and so the job's exit) for a minute and a half after its queries failed.
+        """
+        try:
+            self.producer.flush(timeout=FLUSH_TIMEOUT_S)
+        except KafkaTimeoutError:
+            log_event(logger, "progress_unsent", topic=self.topic, waited_s=FLUSH_TIMEOUT_S)
+
     def close(self) -> None:
-        self.producer.flush()
-        self.producer.close()
+        try:
+            self.producer.close(timeout=FLUSH_TIMEOUT_S)  # flushes first
+        except KafkaTimeoutError:
+            # kafka-python's close gives up here, unclosed; its network thread is a
+            # daemon and ends with the process
+            log_event(logger, "progress_unsent", topic=self.topic, waited_s=FLUSH_TIMEOUT_S)

@@ -8,23 +8,26 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from kafka import KafkaConsumer
 from pyspark.sql import SparkSession
 
+from lambdaline import kafka_broker
 from lambdaline.generator import GeneratorConfig, send_to_kafka
 from lambdaline.topics import create_topics
 from shared.process_groups import group_is_gone
 from shared.settings import Settings
 from shared.topics import VIEW_NAMES
 from speed_layer import job
+from tests.integration.conftest import broker_settings
 from tests.integration.helpers import (
     close_the_day,
     environment_of,
@@ -171,3 +174,62 @@ def test_sigterm_stops_every_query_cleanly(kafka: Settings, tmp_path: Path) -> N
     # a thread dying on stop (Spark 4.0's stop check overflowed the stack on long
     # Python errors) prints this; nothing may
     assert "Exception in thread" not in output
+
+
+def test_a_broker_gone_ends_the_job_with_one_line_and_its_checkpoint_goes_on(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    # a broker of its own, to stop; its clients give up after 10 s rather than 30
+    settings = broker_settings(tmp_path / "state").model_copy(
+        update={"kafka_timeout": timedelta(seconds=10)}
+    )
+    kafka_broker.start(settings)
+    log_path = tmp_path / "speed.log"
+    driver: subprocess.Popen[bytes] | None = None
+    try:
+        create_topics(settings)
+
+        def send_entries(start: datetime) -> None:  # 100 entries, all valid and on time
+            wave = GeneratorConfig(
+                events=100, seed=start.hour, plates=40, late=0.0, duplicate=0.0, malformed=0.0,
+                start=start,
+            )  # fmt: skip
+            send_to_kafka(wave, settings, workers=1)
+
+        send_entries(datetime(2026, 1, 6, 6, tzinfo=UTC))
+        with log_path.open("wb") as log:
+            driver = subprocess.Popen(
+                [sys.executable, "-m", "lambdaline.cli", "speed", "run"],
+                env={**environment_of(settings), "LAMBDALINE_KAFKA_TIMEOUT": "10s"},
+                stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+        wait_for_batches(settings, "speed.booth_stats", batches=1, timeout_s=240)
+        kafka_broker.stop(settings)
+        # Spark's Kafka source gives up after kafka_timeout, up to three times
+        assert driver.wait(timeout=240) == 1
+        output = log_path.read_text(errors="replace")
+        # before: the driver's own traceback, ending in the query's error with its plan
+        assert not [line for line in output.splitlines() if line.startswith("Traceback")]
+        assert "Logical Plan" not in output
+        # the JVM's Kafka clients may still log while it exits, after the line
+        (error,) = [line for line in output.splitlines() if line.startswith("error:")]
+        assert re.fullmatch(
+            r"error: query speed\.[a-z._]+ failed: TimeoutException: [^;]+; "
+            rf"cannot reach Kafka at {re.escape(settings.kafka_bootstrap)} \(.+\); start the "
+            r"embedded broker with `lambdaline kafka start` or set LAMBDALINE_KAFKA_BOOTSTRAP; "
+            r"the checkpoint holds every committed micro-batch: run `lambdaline speed run` "
+            r"again to go on from there",
+            error,
+        ), error
+
+        kafka_broker.start(settings)
+        send_entries(datetime(2026, 1, 6, 7, tzinfo=UTC))
+        job.run(spark, settings, available_now=True)  # on the failed job's checkpoints
+        counted = speed_view(settings, "booth_stats").values()
+        assert sum(int(row["vehicle_count"]) for row in counted) == 200  # none lost, none twice
+    finally:
+        if driver is not None and driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait()
+        kafka_broker.stop(settings)

@@ -1,4 +1,4 @@
-"""Stopping streaming queries from Python: a signal sets a request, the waiting thread acts on it."""
+"""Waiting for streaming queries from Python: stop signals between calls, failures in one line."""
 
 from __future__ import annotations
 
@@ -7,20 +7,39 @@ import signal
 import threading
 import time
 
-from shared.streaming import stop_requests, wait_for
+import pytest
+
+from shared.streaming import (
+    QueryFailedError,
+    innermost_cause,
+    raise_if_failed,
+    stop_requests,
+    wait_for,
+)
 
 
 class BlockingQuery:
     """Stands in for a StreamingQuery: awaitTermination blocks, as its py4j call does."""
 
-    def __init__(self, terminates_after_s: float | None = None):
+    def __init__(
+        self, terminates_after_s: float | None = None, error: str | None = None, name: str = "q"
+    ):
         self.deadline = (
             None if terminates_after_s is None else time.monotonic() + terminates_after_s
         )
+        self.error = error
+        self.name = name
+
+    @property
+    def isActive(self) -> bool:  # noqa: N802 (pyspark's name)
+        return self.deadline is None or time.monotonic() < self.deadline
 
     def awaitTermination(self, timeout: float) -> bool:  # noqa: N802 (pyspark's name)
         time.sleep(timeout)
-        return self.deadline is not None and time.monotonic() >= self.deadline
+        return not self.isActive
+
+    def exception(self) -> Exception | None:
+        return RuntimeError(self.error) if self.error and not self.isActive else None
 
 
 def test_a_stop_signal_ends_the_wait_between_calls_and_the_handlers_come_back() -> None:
@@ -29,7 +48,7 @@ def test_a_stop_signal_ends_the_wait_between_calls_and_the_handlers_come_back() 
     with stop_requests(on_signal=seen.append) as stop:
         threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGTERM)).start()
         began = time.monotonic()
-        assert wait_for(BlockingQuery(), stop) is False  # returned, did not raise mid-call
+        assert wait_for([BlockingQuery()], stop) is False  # returned, did not raise mid-call
         assert time.monotonic() - began < 5
         os.kill(os.getpid(), signal.SIGHUP)  # a second signal: the first one's code stays
         time.sleep(0.1)
@@ -38,7 +57,55 @@ def test_a_stop_signal_ends_the_wait_between_calls_and_the_handlers_come_back() 
     assert signal.getsignal(signal.SIGTERM) is before
 
 
-def test_a_query_that_terminates_is_waited_for_to_its_end() -> None:
+def test_queries_that_terminate_are_waited_for_to_the_last_one() -> None:
     with stop_requests() as stop:
-        assert wait_for(BlockingQuery(terminates_after_s=1.5), stop) is True
+        began = time.monotonic()
+        assert wait_for([BlockingQuery(0.5), BlockingQuery(2.5)], stop) is True
+        assert time.monotonic() - began >= 2.5
     assert not stop.is_set()
+
+
+def test_one_failed_query_ends_the_wait_while_the_others_run() -> None:
+    running = BlockingQuery(name="speed.booth_stats")
+    failed = BlockingQuery(1.0, error="boom", name="speed.lookups")
+    with stop_requests() as stop:
+        began = time.monotonic()
+        assert wait_for([running, failed], stop) is True
+        assert time.monotonic() - began < 5  # the first query never ends by itself
+    with pytest.raises(QueryFailedError, match=r"^query speed\.lookups failed: boom$"):
+        raise_if_failed([running, failed])
+
+
+# the text of a real failure (speed.booth_stats after its broker stopped), Java stack cut short
+BROKER_GONE = """\
+[STREAM_FAILED] Query [id = 6c20c351, runId = bd61ac26] terminated with exception: \
+[FOREACH_BATCH_USER_FUNCTION_ERROR] An error occurred in the user provided function in foreach \
+batch sink. Reason: An exception was raised by the Python Proxy. Return Message: Traceback (most \
+recent call last):
+  File "/work/main/shared/streaming.py", line 141, in call
+    raise MicroBatchError(f"micro-batch {batch_id} failed: {kind}: {message}") from None
+shared.streaming.MicroBatchError: micro-batch 17 failed: py4j.protocol.Py4JJavaError: An error \
+occurred while calling o6059.save.
+: org.apache.spark.SparkException: Job aborted due to stage failure: Task 1 in stage 82.0 failed \
+1 times, most recent failure: Lost task 1.0 in stage 82.0 (TID 177) (192.0.2.2 executor driver): \
+org.apache.kafka.common.errors.TimeoutException: Timeout of 60000ms expired before the position \
+for partition toll.entries-0 could be determined
+
+Driver stacktrace:
+
+	at py4j.Protocol.getReturnValue(Protocol.java:476)
+ SQLSTATE: 39000 SQLSTATE: XXKST
+=== Streaming Query ===
+Identifier: speed.booth_stats [id = 6c20c351, runId = bd61ac26]
+Logical Plan:
+~WriteToMicroBatchDataSourceV1 ForeachBatchSink
+   +- ~Generate inline(array(struct(_reason, CASE WHEN NOT _is_object#21 THEN invalid_json
+"""
+
+
+def test_the_innermost_cause_is_the_last_named_error_before_the_stack_and_plan() -> None:
+    assert innermost_cause(BROKER_GONE) == (
+        "TimeoutException: Timeout of 60000ms expired before the position for partition "
+        "toll.entries-0 could be determined"
+    )
+    assert innermost_cause("no error name here\nsecond line") == "no error name here"
