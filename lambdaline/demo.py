@@ -327,7 +327,7 @@ def _run(
     try:
         with console.status(f"starting Kafka on {settings.kafka_bootstrap}"):
             started_broker = not kafka_broker.status(settings).running
-            kafka_broker.start(settings)
+            broker = kafka_broker.start(settings)
             create_topics(settings)
         if stopping.is_set():
             return 0
@@ -358,7 +358,8 @@ def _run(
         worker.start()
         for line in banner(settings, api, api_key, clock):
             console.print(line, highlight=False, soft_wrap=True)
-        code = _watch(clock, state, scheduler, supervisor, observer, console, stopping)
+        parts = Parts(supervisor, settings, broker.pid)
+        code = _watch(clock, state, scheduler, parts, observer, console, stopping)
     finally:
         stopping.set()
         _shut_down(settings, supervisor, scheduler, worker, started_broker, console, force)
@@ -369,11 +370,43 @@ def _run(
     return code
 
 
+class Parts:
+    """The demo's processes, and the broker they all need, to ask which one has died."""
+
+    def __init__(self, supervisor: Supervisor, settings: Settings, broker_pid: int | None):
+        self.supervisor = supervisor
+        self.settings = settings
+        self.broker_pid = broker_pid  # None: a cluster the demo does not run
+
+    def died(self) -> str | None:
+        """What to say about the first part that has exited, or None while all run.
+
+        The broker first: without it every other part fails too, a minute or two
+        later (the speed job once Spark's Kafka clients give up), and names it
+        only as a Kafka it cannot reach.
+        """
+        if self.broker_pid is not None and not kafka_broker.is_running(
+            self.settings, self.broker_pid
+        ):
+            log = kafka_broker.BrokerPaths.of(self.settings).log_file
+            return (
+                f"the Kafka broker (pid {self.broker_pid}) exited; last lines of {log}:\n"
+                f"{log_tail(log)}"
+            )
+        dead = self.supervisor.died()
+        if dead is None:
+            return None
+        return (
+            f"the {dead.name} process (pid {dead.process.pid}) exited with code "
+            f"{dead.process.returncode}; last lines of {dead.log}:\n{log_tail(dead.log)}"
+        )
+
+
 def _watch(
     clock: SimClock,
     state: DemoState,
     scheduler: Scheduler,
-    supervisor: Supervisor,
+    parts: Parts,
     observer: Observer,
     console: Console,
     stopping: threading.Event,
@@ -385,14 +418,8 @@ def _watch(
         while not stopping.wait(1.0):
             state.sim_time = clock.now()
             state.save()
-            dead = supervisor.died()
-            if dead is not None:
-                console.print(
-                    f"[red]error:[/red] the {dead.name} process (pid {dead.process.pid}) exited "
-                    f"with code {dead.process.returncode}; last lines of {dead.log}:\n"
-                    f"{log_tail(dead.log)}",
-                    highlight=False,
-                )
+            if (dead := parts.died()) is not None:
+                console.print(f"[red]error:[/red] {dead}", highlight=False)
                 return 1
             line = status_line(
                 clock, observer.records_in_kafka(), observer.status(),
@@ -438,6 +465,7 @@ def _shut_down(
     if started_broker:
         with console.status("stopping Kafka"):
             pid = kafka_broker.stop(settings, grace_seconds=2 if force.is_set() else 30)
-        console.print(f"stopped kafka (pid {pid})")
+        if pid is not None:  # None: it had exited already
+            console.print(f"stopped kafka (pid {pid})")
     elif kafka_broker.status(settings).running:
         console.print("kafka was already running before the demo and keeps running")

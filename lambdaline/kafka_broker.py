@@ -247,6 +247,11 @@ def _format_storage(settings: Settings, paths: BrokerPaths) -> None:
         raise BrokerError(f"formatting KRaft storage failed:\n{result.stdout}{result.stderr}")
 
 
+def is_running(settings: Settings, pid: int) -> bool:
+    """True while ``pid`` is this state folder's broker (a cheap check: /proc only)."""
+    return _is_our_broker(pid, BrokerPaths.of(settings))
+
+
 def start(settings: Settings) -> BrokerStatus:
     """Start the broker if it is not running; return once it answers. Idempotent."""
     paths = BrokerPaths.of(settings)

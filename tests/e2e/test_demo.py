@@ -119,3 +119,26 @@ def test_demo_serves_merged_rows_and_ctrl_c_leaves_nothing_behind(
     for name, port in ports.items():
         assert not port_open("127.0.0.1", port), f"{name} port {port} is still open"
     assert "stopped kafka" in output.read_text()
+
+
+def test_a_broker_that_dies_ends_the_demo_at_once_naming_it(
+    demo: tuple[subprocess.Popen[bytes], dict[str, int], Path], tmp_path: Path
+) -> None:
+    process, ports, output = demo
+    deadline = time.monotonic() + 240
+    while f"X-API-Key: {KEY}" not in output.read_text():  # every part has been started
+        assert process.poll() is None, output.read_text()
+        assert time.monotonic() < deadline, output.read_text()
+        time.sleep(1)
+    started = set(process_tree(process.pid)) - {process.pid}
+    broker = int((tmp_path / "state" / "kafka" / "broker.pid").read_text())
+    os.kill(broker, signal.SIGKILL)  # as the kernel's OOM killer would
+
+    # before: the demo went on until the speed job gave up on Kafka, minutes later
+    assert process.wait(timeout=120) == 1, output.read_text()
+    text = output.read_text()
+    assert f"error: the Kafka broker (pid {broker}) exited; last lines of " in text, text
+    assert "stopped kafka" not in text  # it was not running to stop
+    assert [pid for pid in started if alive(pid)] == []
+    for name, port in ports.items():
+        assert not port_open("127.0.0.1", port), f"{name} port {port} is still open"
