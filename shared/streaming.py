@@ -114,9 +114,10 @@ def wait_for(queries: Sequence[StreamingQuery], request: StopRequest) -> bool:
     """Wait until every query has ended or one has failed (True), or a stop is requested (False).
 
     One failed query ends the wait at once, whichever it is: the caller stops the
-    others and raises :func:`raise_if_failed`'s error. A job whose Kafka broker
-    went away had its first query fail after the consumer's timeout (60 s); the
-    job then ended with a Python traceback and the query's whole logical plan.
+    others and raises :func:`raise_if_failed`'s error. Before 2026-11-24 the speed
+    job waited on its queries one after the other (a failure of any but the first
+    went unnoticed while the first ran on), and awaitTermination's error ended it
+    with a Python traceback and the query's whole logical plan.
     """
     while True:
         active = [query for query in queries if query.isActive]
@@ -143,10 +144,10 @@ CAUSE_CHARS = 400
 
 
 def innermost_cause(text: str) -> str:
-    """The last ``SomeException: message`` (or ``...Error``) line of an error's text.
+    """The last ``SomeException: message`` (or ``...Error``) of an error's text, to its line's end.
 
-    A streaming query's error nests the cause in text, not as Java causes: Spark's
-    StreamingQueryException holds foreachBatch's Python error, which holds the
+    A foreachBatch failure nests its errors in text: the Python proxy's error
+    holds the Python traceback, ending in foreachBatch's error, which holds the
     Java error of the job it ran, whose message holds the failed task's error
     (``... most recent failure: Lost task 1.0 ...: org.apache.kafka.common.errors.
     TimeoutException: Timeout of 60000ms expired ...``). Stack traces and the
