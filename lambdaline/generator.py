@@ -49,7 +49,6 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from kafka import KafkaProducer
 from kafka.partitioner.default import murmur2
 
 from shared.events import (
@@ -65,7 +64,7 @@ from shared.events import (
     event_to_wire,
     format_instant,
 )
-from shared.kafka_admin import require_kafka
+from shared.kafka_admin import kafka_producer, require_kafka
 from shared.settings import Settings
 from shared.topics import input_topics
 from shared.validation import DeadLetterReason
@@ -396,17 +395,14 @@ class _Pacer:
             time.sleep(delay)
 
 
-def producer_config(settings: Settings) -> dict[str, Any]:
-    """Throughput settings for kafka-python: big lz4 batches, a short linger."""
-    return {
-        "bootstrap_servers": settings.kafka_bootstrap,
-        "client_id": "lambdaline-generator",
-        "acks": 1,
-        "compression_type": "lz4",
-        "linger_ms": 250,
-        "batch_size": 512 * 1024,
-        "max_request_size": 8 * 1024 * 1024,
-    }
+PRODUCER_CONFIG: dict[str, Any] = {
+    "acks": 1,
+    "compression_type": "lz4",
+    "linger_ms": 250,
+    "batch_size": 512 * 1024,
+    "max_request_size": 8 * 1024 * 1024,
+}
+"""Throughput settings for kafka-python: big lz4 batches, a short linger."""
 
 
 def _send_shards(
@@ -417,7 +413,7 @@ def _send_shards(
     progress: Callable[[int], None],
 ) -> GeneratorSummary:
     summary = GeneratorSummary()
-    producer = KafkaProducer(**producer_config(settings))
+    producer = kafka_producer(settings, "lambdaline-generator", **PRODUCER_CONFIG)
     pacer = _Pacer(config, len(shards) / settings.kafka_partitions, wall_start)
     headers: dict[str, list[tuple[str, bytes]]] = {}
     unreported = 0
@@ -449,14 +445,12 @@ def _send_shards(
 
 def _worker(
     config: GeneratorConfig,
-    settings_json: str,
+    settings: Settings,
     shards: list[int],
     wall_start: float,
     counter: Any,
     results: Any,
 ) -> None:
-    settings = Settings.model_validate_json(settings_json)
-
     def progress(sent: int) -> None:
         with counter.get_lock():
             counter.value += sent
@@ -493,7 +487,8 @@ def send_to_kafka(
     processes = [
         context.Process(
             target=_worker,
-            args=(config, settings.model_dump_json(), mine, wall_start, counter, results),
+            # pickled whole: its JSON would hide the SASL password (a SecretStr)
+            args=(config, settings, mine, wall_start, counter, results),
             name=f"lambdaline-generator-{index}",
         )
         for index, mine in enumerate(assignment)

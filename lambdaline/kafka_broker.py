@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import ipaddress
 import os
+import re
+import secrets
 import shutil
 import signal
 import socket
@@ -32,6 +35,7 @@ from kafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 
 from shared.jvm import JvmProfile, resolve_jars
 from shared.kafka_admin import admin_client, port_open
+from shared.kafka_security import jaas_config, uses_sasl, uses_tls
 from shared.settings import Settings
 
 NODE_ID = 1
@@ -70,6 +74,9 @@ class BrokerPaths:
     log4j: Path
     pid_file: Path
     log_file: Path
+    keystore: Path
+    keystore_password: Path
+    certificate: Path
 
     @classmethod
     def of(cls, settings: Settings) -> BrokerPaths:
@@ -81,6 +88,9 @@ class BrokerPaths:
             log4j=root / "log4j2.properties",
             pid_file=root / "broker.pid",
             log_file=settings.logs_dir / "kafka.log",
+            keystore=root / "tls" / "broker.p12",
+            keystore_password=root / "tls" / "broker.p12.password",
+            certificate=root / "tls" / "broker.pem",
         )
 
 
@@ -94,18 +104,25 @@ class BrokerStatus:
 
 
 def server_properties(settings: Settings, paths: BrokerPaths) -> str:
-    """A single-node KRaft broker+controller with replication factors of one."""
+    """A single-node KRaft broker+controller with replication factors of one.
+
+    Clients reach it on one listener that speaks ``kafka_security_protocol``
+    (see :func:`security_properties`); the controller's stays PLAINTEXT, on the
+    same host.
+    """
     host, port = settings.bootstrap_host, settings.bootstrap_port
     controller = f"{host}:{settings.kafka_controller_port}"
+    protocol = settings.kafka_security_protocol
     properties = {
         "process.roles": "broker,controller",
         "node.id": str(NODE_ID),
         "controller.quorum.voters": f"{NODE_ID}@{controller}",
-        "listeners": f"PLAINTEXT://{host}:{port},CONTROLLER://{controller}",
-        "advertised.listeners": f"PLAINTEXT://{host}:{port}",
+        "listeners": f"{protocol}://{host}:{port},CONTROLLER://{controller}",
+        "advertised.listeners": f"{protocol}://{host}:{port}",
         "controller.listener.names": "CONTROLLER",
-        "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "inter.broker.listener.name": protocol,
+        "listener.security.protocol.map": f"{protocol}:{protocol},CONTROLLER:PLAINTEXT",
+        **security_properties(settings, paths),
         "log.dirs": str(paths.data.resolve()),
         "num.partitions": str(settings.kafka_partitions),
         "auto.create.topics.enable": "false",
@@ -123,7 +140,136 @@ def server_properties(settings: Settings, paths: BrokerPaths) -> str:
         # would otherwise reject record timestamps more than an hour in the future.
         "log.message.timestamp.after.max.ms": str(2**63 - 1),
     }
-    return "".join(f"{key}={value}\n" for key, value in properties.items())
+    return "".join(f"{key}={_escape(value)}\n" for key, value in properties.items())
+
+
+def _escape(value: str) -> str:
+    """A value as Java's ``Properties.load`` reads it back.
+
+    It reads a backslash as an escape, ends a value at a line break and reads
+    the file as ISO-8859-1: a password holding any of these came back changed.
+    """
+    escaped = []
+    for char in value:
+        if char == "\\":
+            escaped.append("\\\\")
+        elif char in "\n\r" or not " " <= char <= "~":
+            escaped.extend(f"\\u{unit:04x}" for unit in _utf16_units(char))
+        else:
+            escaped.append(char)
+    return "".join(escaped)
+
+
+def _utf16_units(char: str) -> list[int]:
+    data = char.encode("utf-16-be")
+    return [int.from_bytes(data[i : i + 2], "big") for i in range(0, len(data), 2)]
+
+
+def security_properties(settings: Settings, paths: BrokerPaths) -> dict[str, str]:
+    """The client listener's SASL and TLS configuration, from the client settings.
+
+    SASL: the one user of the settings, by PLAIN (its password in the broker's
+    configuration, where Kafka's PLAIN reads it). TLS: a certificate of the
+    broker's own (:func:`certificate`), which clients trust through
+    ``kafka_ssl_cafile``.
+    """
+    properties: dict[str, str] = {}
+    listener = settings.kafka_security_protocol.lower()
+    if uses_sasl(settings):
+        username, password = settings.kafka_sasl_username, settings.kafka_sasl_password
+        assert username is not None and password is not None  # see Settings
+        secret = password.get_secret_value()
+        properties |= {
+            "sasl.enabled.mechanisms": "PLAIN",
+            "sasl.mechanism.inter.broker.protocol": "PLAIN",
+            f"listener.name.{listener}.plain.sasl.jaas.config": jaas_config(
+                "PLAIN", {"username": username, "password": secret, f"user_{username}": secret}
+            ),
+        }
+    if uses_tls(settings):
+        properties |= {
+            "ssl.keystore.type": "PKCS12",
+            "ssl.keystore.location": str(paths.keystore.resolve()),
+            "ssl.keystore.password": paths.keystore_password.read_text().strip(),
+            # the broker is its own inter-broker client, and checks at start that it
+            # trusts itself
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(paths.certificate.resolve()),
+        }
+    return properties
+
+
+def check_security_settings(settings: Settings) -> None:
+    """Raise BrokerError if the embedded broker cannot serve the security settings."""
+    if uses_sasl(settings):
+        if settings.kafka_sasl_mechanism != "PLAIN":
+            raise BrokerError(
+                "the embedded broker offers SASL by PLAIN only, not "
+                f"{settings.kafka_sasl_mechanism} (SCRAM keeps its credentials in the cluster's "
+                "metadata); use PLAIN with it, "
+                "or point LAMBDALINE_KAFKA_BOOTSTRAP at a cluster that offers SCRAM"
+            )
+        if not re.fullmatch(r"[A-Za-z0-9._-]+", settings.kafka_sasl_username or ""):
+            raise BrokerError(
+                f"the embedded broker takes SASL user names of letters, digits, '.', '_' and "
+                f"'-' (it names them in its configuration), not {settings.kafka_sasl_username!r}"
+            )
+
+
+def certificate(settings: Settings) -> Path:
+    """The PEM file of the embedded broker's TLS certificate, made on first call.
+
+    ``keytool`` (part of the JDK) makes a self-signed certificate for the
+    bootstrap host, valid ten years, in a PKCS12 keystore under
+    ``<state_dir>/kafka/tls``, and writes the certificate as PEM beside it.
+    Clients trust it through ``kafka_ssl_cafile``.
+    """
+    paths = BrokerPaths.of(settings)
+    if not paths.keystore.exists():
+        paths.keystore.parent.mkdir(parents=True, exist_ok=True)
+        password = secrets.token_urlsafe(24)
+        host = settings.bootstrap_host
+        names = {f"ip:{host}" if _is_ip(host) else f"dns:{host}", "dns:localhost", "ip:127.0.0.1"}
+        store = ["-keystore", str(paths.keystore), "-storetype", "PKCS12", "-storepass", password]
+        _keytool(
+            "-genkeypair", "-alias", "broker", "-keyalg", "RSA", "-keysize", "2048",
+            "-validity", "3650", "-dname", f"CN={host}, O=lambdaline embedded broker",
+            "-ext", f"SAN={','.join(sorted(names))}", "-ext", "BC:c=ca:true", *store,
+        )  # fmt: skip
+        _keytool("-exportcert", "-rfc", "-alias", "broker", "-file", str(paths.certificate), *store)
+        paths.keystore_password.write_text(password + "\n")
+        paths.keystore_password.chmod(0o600)
+    return paths.certificate
+
+
+def _check_trusted(settings: Settings, paths: BrokerPaths) -> None:
+    """Refuse a start whose clients would not trust the broker's certificate, naming it."""
+    pem = certificate(settings).read_text().strip()
+    cafile = settings.kafka_ssl_cafile
+    if cafile is None or pem not in cafile.read_text():
+        now = f" (now {cafile}, which does not hold it)" if cafile else ""
+        raise BrokerError(
+            "the embedded broker presents a certificate of its own, which clients trust only "
+            f"through kafka_ssl_cafile: set LAMBDALINE_KAFKA_SSL_CAFILE="
+            f"{paths.certificate.resolve()}{now}"
+        )
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def _keytool(*arguments: str) -> None:
+    keytool = shutil.which("keytool")
+    if keytool is None:
+        raise BrokerError("`keytool` not found: it comes with the JDK (apt install openjdk-17-jdk)")
+    result = subprocess.run([keytool, *arguments], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise BrokerError(f"keytool {arguments[0]} failed:\n{result.stdout}{result.stderr}")
 
 
 def _java() -> str:
@@ -266,8 +412,11 @@ def start(settings: Settings) -> BrokerStatus:
                 f"{host}:{taken} is already in use by another process; stop it or set "
                 "LAMBDALINE_KAFKA_BOOTSTRAP / LAMBDALINE_KAFKA_CONTROLLER_PORT to free ports"
             )
+    check_security_settings(settings)
     for folder in (paths.root, paths.data, paths.log_file.parent):
         folder.mkdir(parents=True, exist_ok=True)
+    if uses_tls(settings):
+        _check_trusted(settings, paths)
     paths.config.write_text(server_properties(settings, paths))
     paths.log4j.write_text(_LOG4J2)
     _format_storage(settings, paths)

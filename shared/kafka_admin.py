@@ -8,13 +8,17 @@ saying why.
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import re
 import socket
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from typing import Any
 
-from kafka import KafkaAdminClient, KafkaConsumer
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 
+from shared.kafka_security import python_client_configs
 from shared.settings import Settings
 
 
@@ -43,6 +47,71 @@ def port_open(host: str, port: int) -> bool:
         return probe.connect_ex((host, port)) == 0
 
 
+class BootstrapFailures(logging.Handler):
+    """Why kafka-python's attempts to reach the cluster failed.
+
+    A client that cannot bootstrap raises only ``Unable to bootstrap`` after its
+    timeout; each attempt's reason (a wrong password, an untrusted certificate, a
+    listener that speaks another protocol) is in its log alone. Attached to its
+    connection manager's logger, this keeps them.
+    """
+
+    LOGGER = "kafka.net.manager"
+    _FAILED = re.compile(
+        r"^Bootstrap connection to \S+ failed: (.*?)(?: \(backoff [\d.]+ secs\))?$"
+    )
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.reasons: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if match := self._FAILED.match(record.getMessage()):
+            self.reasons.append(match.group(1))
+
+    GENERIC = ("socket disconnected", "Timeout", "timed out")
+    """Reasons that say only that an attempt ended. A client with a wrong password sees
+    its broker hang up before it reads the refusal in about half its attempts."""
+
+    def most_telling(self) -> str | None:
+        """The last reason that says more than that an attempt ended, else the last one."""
+        telling = [r for r in self.reasons if not any(word in r for word in self.GENERIC)]
+        return (telling or self.reasons)[-1] if self.reasons else None
+
+    @classmethod
+    @contextlib.contextmanager
+    def watch(cls) -> Iterator[BootstrapFailures]:
+        failures = cls()
+        logger = logging.getLogger(cls.LOGGER)
+        logger.addHandler(failures)
+        try:
+            yield failures
+        finally:
+            logger.removeHandler(failures)
+
+
+class KafkaBootstrapError(KafkaTimeoutError):  # type: ignore[misc]  # no type hints
+    """A client could not bootstrap, and an attempt said why (``reason``)."""
+
+    def __init__(self, error: KafkaTimeoutError, reason: str):
+        self.reason = reason
+        super().__init__(
+            f"{error.args[0] if error.args else error}; the last attempt failed: {reason}"
+        )
+
+
+@contextlib.contextmanager
+def bootstrap_reasons() -> Iterator[None]:
+    """Turn a client's ``Unable to bootstrap`` into a KafkaBootstrapError that says why."""
+    with BootstrapFailures.watch() as failures:
+        try:
+            yield
+        except KafkaTimeoutError as error:
+            if (reason := failures.most_telling()) is None:
+                raise
+            raise KafkaBootstrapError(error, reason) from error
+
+
 def admin_client(settings: Settings, client_id: str = "lambdaline") -> KafkaAdminClient:
     """An admin client for the configured cluster, failing fast if no bootstrap server listens.
 
@@ -53,19 +122,52 @@ def admin_client(settings: Settings, client_id: str = "lambdaline") -> KafkaAdmi
     if not any(port_open(host, port) for host, port in settings.bootstrap_servers):
         raise KafkaConnectionError(f"nothing listens on {settings.kafka_bootstrap}")
     timeout_ms = int(settings.kafka_timeout.total_seconds() * 1000)
-    return KafkaAdminClient(
-        bootstrap_servers=settings.kafka_bootstrap,
-        client_id=client_id,
-        request_timeout_ms=timeout_ms,
-        bootstrap_timeout_ms=timeout_ms,
-    )
+    with bootstrap_reasons():
+        return KafkaAdminClient(
+            bootstrap_servers=settings.kafka_bootstrap,
+            client_id=client_id,
+            request_timeout_ms=timeout_ms,
+            bootstrap_timeout_ms=timeout_ms,
+            **python_client_configs(settings),
+        )
 
 
 def unreachable(settings: Settings, error: Exception) -> KafkaUnreachableError:
-    """The error a command reports when the configured cluster does not answer."""
-    return KafkaUnreachableError(
-        f"cannot reach Kafka at {settings.kafka_bootstrap} ({error}); start the embedded "
-        "broker with `lambdaline kafka start` or set LAMBDALINE_KAFKA_BOOTSTRAP"
+    """The error a command reports when the configured cluster does not answer.
+
+    A failed attempt's own reason (:class:`KafkaBootstrapError`) decides what the
+    message tells the user to do.
+    """
+    if isinstance(error, KafkaBootstrapError):
+        remedy = _remedy(settings, error.reason)
+    else:
+        remedy = (
+            "start the embedded broker with `lambdaline kafka start` or set "
+            "LAMBDALINE_KAFKA_BOOTSTRAP"
+        )
+    where = settings.kafka_bootstrap
+    return KafkaUnreachableError(f"cannot reach Kafka at {where} ({error}); {remedy}")
+
+
+def _remedy(settings: Settings, reason: str) -> str:
+    protocol = f"kafka_security_protocol is {settings.kafka_security_protocol}"
+    if "SaslAuthenticationFailed" in reason:
+        return "check LAMBDALINE_KAFKA_SASL_USERNAME and LAMBDALINE_KAFKA_SASL_PASSWORD"
+    if "UnsupportedSaslMechanism" in reason:
+        return (
+            f"the cluster does not offer kafka_sasl_mechanism {settings.kafka_sasl_mechanism}; "
+            "set LAMBDALINE_KAFKA_SASL_MECHANISM to one it does"
+        )
+    if "CERTIFICATE_VERIFY_FAILED" in reason:
+        cafile = settings.kafka_ssl_cafile
+        now = f"{cafile} does not hold it" if cafile else "none is set: the system's are used"
+        return (
+            "the broker's certificate is not signed by a CA the client trusts; set "
+            f"LAMBDALINE_KAFKA_SSL_CAFILE to the CA's PEM file ({now})"
+        )
+    return (
+        f"{protocol}: check that the cluster's listener at {settings.kafka_bootstrap} speaks "
+        "it (and LAMBDALINE_KAFKA_SASL_MECHANISM, with SASL)"
     )
 
 
@@ -141,4 +243,20 @@ def kafka_consumer(settings: Settings, client_id: str, **configs: Any) -> KafkaC
     that thread still running: a caller that retries an unreachable cluster
     gained a thread per attempt. Here a failed construction closes it.
     """
-    return _Consumer(bootstrap_servers=settings.kafka_bootstrap, client_id=client_id, **configs)
+    with bootstrap_reasons():
+        return _Consumer(
+            bootstrap_servers=settings.kafka_bootstrap,
+            client_id=client_id,
+            **python_client_configs(settings),
+            **configs,
+        )
+
+
+def kafka_producer(settings: Settings, client_id: str, **configs: Any) -> KafkaProducer:
+    """A ``KafkaProducer`` of the configured cluster, with its security settings."""
+    return KafkaProducer(
+        bootstrap_servers=settings.kafka_bootstrap,
+        client_id=client_id,
+        **python_client_configs(settings),
+        **configs,
+    )

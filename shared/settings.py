@@ -23,10 +23,19 @@ from collections.abc import Mapping
 from datetime import timedelta
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal, Self
 
 import pydantic_settings
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -78,6 +87,11 @@ def _split_commas(value: Any) -> Any:
     if isinstance(value, str):
         return [part.strip() for part in value.split(",") if part.strip()]
     return value
+
+
+def _empty_is_unset(value: Any) -> Any:
+    # LAMBDALINE_KAFKA_SASL_USERNAME= clears a value of the settings file, as unset would
+    return None if value == "" else value
 
 
 class TopicSettings(BaseModel):
@@ -134,6 +148,25 @@ class Settings(BaseSettings):
     kafka_timeout: Duration = Field(
         timedelta(seconds=30),
         description="how long Kafka clients (lambdaline's, Spark's sources) wait for the cluster",
+    )
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        "PLAINTEXT",
+        description="how every Kafka client (lambdaline's, Spark's sources and sinks) talks to "
+        "the cluster; the embedded broker listens with the same",
+    )
+    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = Field(
+        "PLAIN", description="SASL mechanism, with SASL_PLAINTEXT or SASL_SSL"
+    )
+    kafka_sasl_username: Annotated[str | None, BeforeValidator(_empty_is_unset)] = Field(
+        None, description="SASL user name"
+    )
+    kafka_sasl_password: Annotated[SecretStr | None, BeforeValidator(_empty_is_unset)] = Field(
+        None, description="SASL password (shown as ********** wherever settings are printed)"
+    )
+    kafka_ssl_cafile: Path | None = Field(
+        None,
+        description="PEM file of the CA certificates that sign the brokers', with SSL or "
+        "SASL_SSL; none = the system's trust store (Java's for Spark)",
     )
     input_retention: Duration | None = Field(
         None,
@@ -274,6 +307,45 @@ class Settings(BaseSettings):
             raise ValueError("must divide a day evenly (e.g. 1m, 5m, 15m, 1h)")
         return value
 
+    @field_validator("kafka_ssl_cafile")
+    @classmethod
+    def _pem_file(cls, value: Path | None) -> Path | None:
+        # Spark's executors get the certificates themselves (see shared.kafka_security),
+        # so the file is read where settings are built, and a wrong one is named here
+        if value is None:
+            return value
+        try:
+            text = value.read_text(errors="replace")
+        except OSError as error:
+            raise ValueError(f"cannot read {value}: {error.strerror}") from None
+        if "-----BEGIN CERTIFICATE-----" not in text:
+            raise ValueError(f"{value} holds no PEM certificate (-----BEGIN CERTIFICATE-----)")
+        return value
+
+    @model_validator(mode="after")
+    def _security_settings_agree(self) -> Self:
+        sasl = self.kafka_security_protocol.startswith("SASL_")
+        tls = self.kafka_security_protocol.endswith("SSL")
+        credentials = self.kafka_sasl_username is not None or self.kafka_sasl_password is not None
+        if sasl and (not self.kafka_sasl_username or self.kafka_sasl_password is None):
+            raise ValueError(
+                f"kafka_security_protocol {self.kafka_security_protocol} needs "
+                "kafka_sasl_username and kafka_sasl_password (LAMBDALINE_KAFKA_SASL_USERNAME, "
+                "LAMBDALINE_KAFKA_SASL_PASSWORD)"
+            )
+        if credentials and not sasl:
+            raise ValueError(
+                "kafka_sasl_username or kafka_sasl_password is set but kafka_security_protocol "
+                f"is {self.kafka_security_protocol}, which sends no credentials; set it to "
+                "SASL_SSL (or SASL_PLAINTEXT)"
+            )
+        if self.kafka_ssl_cafile is not None and not tls:
+            raise ValueError(
+                f"kafka_ssl_cafile is set but kafka_security_protocol is "
+                f"{self.kafka_security_protocol}, which uses no TLS; set it to SSL or SASL_SSL"
+            )
+        return self
+
     @field_validator("batch_cron", "demo_batch_cron")
     @classmethod
     def _valid_cron(cls, value: str) -> str:
@@ -388,6 +460,9 @@ def describe_validation_error(error: ValidationError) -> str:
     lines = []
     for problem in error.errors():
         path = [str(part) for part in problem["loc"]]
+        if not path:  # a rule over several settings: its message names them
+            lines.append(f"invalid settings: {problem['msg'].removeprefix('Value error, ')}")
+            continue
         toml_name = ".".join(path)
         if problem["type"] == "extra_forbidden":
             # only the settings file can name a key no field has

@@ -29,6 +29,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.streaming.readwriter import DataStreamReader
 
+from shared.kafka_security import spark_kafka_options
 from shared.logs import log_event
 from shared.settings import Settings
 
@@ -64,7 +65,7 @@ def kafka_stream(
     timeout_ms = str(int(settings.kafka_timeout.total_seconds() * 1000))
     return (
         spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        .options(**spark_kafka_options(settings))
         # Kafka refuses an API timeout shorter than a request's (30 s unless set)
         .option("kafka.default.api.timeout.ms", timeout_ms)
         .option("kafka.request.timeout.ms", timeout_ms)

@@ -15,10 +15,10 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from kafka import KafkaProducer
 from kafka.errors import KafkaTimeoutError
 from pyspark.sql.streaming.listener import StreamingQueryListener
 
+from shared.kafka_admin import kafka_producer
 from shared.logs import log_event
 from shared.settings import Settings
 
@@ -52,11 +52,7 @@ class ProgressPublisher(StreamingQueryListener):
 
     def __init__(self, settings: Settings):
         self.topic = settings.topics.speed_progress
-        self.producer = KafkaProducer(
-            bootstrap_servers=settings.kafka_bootstrap,
-            client_id="lambdaline-speed-progress",
-            linger_ms=0,
-        )
+        self.producer = kafka_producer(settings, "lambdaline-speed-progress", linger_ms=0)
         self._terminated: set[str] = set()
         self._terminated_changed = threading.Condition()
 

@@ -14,6 +14,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.readwriter import DataStreamWriter
 
+from shared.kafka_security import spark_kafka_options
 from shared.settings import Settings
 from shared.streaming import MicroBatchFunction, brief_java_errors
 from shared.topics import DERIVED_QUERY_PREFIX, speed_topic
@@ -25,7 +26,7 @@ JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'", "ignoreNullFi
 
 def kafka_sink_options(settings: Settings) -> dict[str, str]:
     return {
-        "kafka.bootstrap.servers": settings.kafka_bootstrap,
+        **spark_kafka_options(settings),
         "kafka.compression.type": "lz4",
         "kafka.linger.ms": "5",
     }

@@ -40,7 +40,6 @@ from typing import Any
 
 import httpx
 from croniter import croniter
-from kafka import KafkaConsumer, KafkaProducer
 from rich.console import Console
 
 from batch_layer.run import batch_spark_session, run_batch
@@ -71,6 +70,7 @@ from shared.events import (
     format_instant,
 )
 from shared.jvm import pom_properties
+from shared.kafka_admin import kafka_consumer, kafka_producer
 from shared.settings import Settings
 from shared.topics import VIEW_NAMES
 
@@ -202,10 +202,11 @@ class Bench:
         }  # fmt: skip
 
     def _progress_records(self) -> list[dict[str, Any]]:
-        consumer = KafkaConsumer(
-            self.settings.topics.speed_progress, bootstrap_servers=self.settings.kafka_bootstrap,
-            auto_offset_reset="earliest", group_id=None, consumer_timeout_ms=3000,
+        consumer = kafka_consumer(
+            self.settings, "lambdaline-bench", auto_offset_reset="earliest", group_id=None,
+            consumer_timeout_ms=3000,
         )  # fmt: skip
+        consumer.subscribe([self.settings.topics.speed_progress])
         try:
             return [json.loads(record.value) for record in consumer]
         finally:
@@ -318,10 +319,11 @@ class Bench:
         return {"equal": equal, "different": different, "missing": missing, "extra": extra}
 
     def _all_records(self, topic: str) -> list[Any]:
-        consumer = KafkaConsumer(
-            topic, bootstrap_servers=self.settings.kafka_bootstrap,
-            auto_offset_reset="earliest", group_id=None, consumer_timeout_ms=3000,
+        consumer = kafka_consumer(
+            self.settings, "lambdaline-bench", auto_offset_reset="earliest", group_id=None,
+            consumer_timeout_ms=3000,
         )  # fmt: skip
+        consumer.subscribe([topic])
         try:
             return list(consumer)
         finally:
@@ -373,7 +375,7 @@ class Bench:
         horizon = datetime.combine(self.run_date + timedelta(days=1), datetime.min.time(), UTC)
         self.step("freshness: continuous speed job, probe entries timed until the API shows them")
         self.children.spawn("speed-continuous", "speed", "run")
-        producer = KafkaProducer(bootstrap_servers=self.settings.kafka_bootstrap, linger_ms=0)
+        producer = kafka_producer(self.settings, "lambdaline-bench", linger_ms=0)
         seen: dict[str, float] = {}
         stop = threading.Event()
         window = {"from": format_instant(horizon), "to": format_instant(horizon + timedelta(1))}

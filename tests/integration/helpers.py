@@ -10,9 +10,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from kafka import KafkaConsumer, KafkaProducer
-
 from lambdaline.topics import create_topics
+from shared.kafka_admin import kafka_consumer, kafka_producer
 from shared.settings import Settings, TopicSettings
 from shared.topics import speed_topic
 
@@ -47,7 +46,21 @@ def environment_of(settings: Settings) -> dict[str, str]:
         "LAMBDALINE_TOPICS__DEAD_LETTERS": topics.dead_letters,
         "LAMBDALINE_TOPICS__SPEED_PREFIX": topics.speed_prefix,
         "LAMBDALINE_TOPICS__SPEED_PROGRESS": topics.speed_progress,
+        **security_environment(settings),
     }
+
+
+def security_environment(settings: Settings) -> dict[str, str]:
+    """The LAMBDALINE_KAFKA_* security variables of settings, for a subprocess."""
+    values = {
+        "LAMBDALINE_KAFKA_SECURITY_PROTOCOL": settings.kafka_security_protocol,
+        "LAMBDALINE_KAFKA_SASL_MECHANISM": settings.kafka_sasl_mechanism,
+        "LAMBDALINE_KAFKA_SASL_USERNAME": settings.kafka_sasl_username,
+        "LAMBDALINE_KAFKA_SASL_PASSWORD": settings.kafka_sasl_password
+        and settings.kafka_sasl_password.get_secret_value(),
+        "LAMBDALINE_KAFKA_SSL_CAFILE": settings.kafka_ssl_cafile and str(settings.kafka_ssl_cafile),
+    }
+    return {name: value for name, value in values.items() if value}
 
 
 def ms(instant: str) -> int:
@@ -58,7 +71,7 @@ def ms(instant: str) -> int:
 
 def send(settings: Settings, topic: str, records: list[tuple[bytes, bytes, str]]) -> None:
     """Send (key, value, record timestamp) records, all to partition 0, in order."""
-    producer = KafkaProducer(bootstrap_servers=settings.kafka_bootstrap)
+    producer = kafka_producer(settings, "lambdaline-tests")
     for key, value, sent_at in records:
         producer.send(topic, key=key, value=value, partition=0, timestamp_ms=ms(sent_at))
     producer.flush()
@@ -67,13 +80,14 @@ def send(settings: Settings, topic: str, records: list[tuple[bytes, bytes, str]]
 
 def read_all(settings: Settings, *topics: str) -> list[Any]:
     """Every record of the topics, from the beginning (no consumer group)."""
-    consumer = KafkaConsumer(
-        *topics,
-        bootstrap_servers=settings.kafka_bootstrap,
+    consumer = kafka_consumer(
+        settings,
+        "lambdaline-tests",
         auto_offset_reset="earliest",
         consumer_timeout_ms=3000,
         group_id=None,
     )
+    consumer.subscribe(list(topics))
     records = list(consumer)
     consumer.close()
     return records

@@ -1,0 +1,154 @@
+"""Both layers' Kafka clients on a cluster that asks for TLS and a SASL password.
+
+The broker is the embedded one, listening with SASL_SSL (PLAIN) and a
+certificate of its own. Its password holds a quote, a backslash and a letter
+outside ASCII: each would be read back changed by one layer of quoting (the
+JAAS line, Java's properties file, its ISO-8859-1 reading).
+"""
+
+from __future__ import annotations
+
+import ssl
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from lambdaline import kafka_broker
+from lambdaline.generator import GeneratorConfig, send_to_kafka
+from lambdaline.topics import create_topics
+from shared.kafka_admin import KafkaUnreachableError, require_kafka
+from shared.settings import Settings
+from tests.integration.conftest import broker_settings
+from tests.integration.helpers import environment_of, isolated_settings, speed_view
+
+pytestmark = pytest.mark.integration
+
+PASSWORD = 'p"a\\ss wörd'
+
+
+def secured_settings(state_dir: Path, **overrides: object) -> Settings:
+    plain = broker_settings(state_dir)
+    fields: dict[str, object] = {
+        "state_dir": state_dir,
+        "kafka_bootstrap": plain.kafka_bootstrap,
+        "kafka_controller_port": plain.kafka_controller_port,
+        "kafka_heap": "512m",
+        "kafka_security_protocol": "SASL_SSL",
+        "kafka_sasl_username": "lambdaline-tests",
+        "kafka_sasl_password": PASSWORD,
+    }
+    return Settings(**(fields | overrides))  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
+    """A running SASL_SSL broker with lambdaline's topics, and settings its clients trust."""
+    state_dir = tmp_path_factory.mktemp("kafka-sasl-ssl")
+    untrusting = secured_settings(state_dir)
+    settings = secured_settings(
+        state_dir,
+        kafka_bootstrap=untrusting.kafka_bootstrap,
+        kafka_controller_port=untrusting.kafka_controller_port,
+        kafka_ssl_cafile=kafka_broker.certificate(untrusting),
+    )
+    kafka_broker.start(settings)
+    try:
+        create_topics(settings)
+        yield settings
+    finally:
+        kafka_broker.stop(settings)
+
+
+def test_a_tls_broker_is_refused_until_clients_trust_its_certificate(tmp_path: Path) -> None:
+    settings = secured_settings(tmp_path, kafka_security_protocol="SSL", **_no_sasl())
+    pem = tmp_path / "kafka" / "tls" / "broker.pem"
+
+    with pytest.raises(kafka_broker.BrokerError) as refused:
+        kafka_broker.start(settings)
+
+    assert str(refused.value) == (
+        "the embedded broker presents a certificate of its own, which clients trust only "
+        f"through kafka_ssl_cafile: set LAMBDALINE_KAFKA_SSL_CAFILE={pem.resolve()}"
+    )
+    assert not (tmp_path / "kafka" / "broker.pid").exists()  # nothing was started
+    ssl.create_default_context(cafile=pem)  # a certificate Python's TLS loads
+    elsewhere = tmp_path / "other.pem"
+    elsewhere.write_text(_other_certificate(tmp_path))
+    with pytest.raises(kafka_broker.BrokerError, match=f"now {elsewhere}, which does not hold it"):
+        kafka_broker.start(settings.model_copy(update={"kafka_ssl_cafile": elsewhere}))
+
+
+def test_the_speed_layer_runs_on_a_sasl_ssl_cluster(secured: Settings, tmp_path: Path) -> None:
+    settings = isolated_settings(secured, tmp_path)
+    wave = GeneratorConfig(
+        events=100, seed=5, plates=40, late=0.0, duplicate=0.0, malformed=0.0,
+        start=datetime(2026, 1, 6, 6, tzinfo=UTC),
+    )  # fmt: skip
+    # two producer processes, each given the settings (and so the password) by pickle
+    assert send_to_kafka(wave, settings, workers=2).by_kind["entry"] == 100
+
+    job = subprocess.run(
+        [sys.executable, "-m", "lambdaline.cli", "speed", "run", "--available-now"],
+        env=environment_of(settings), capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+
+    assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
+    counted = speed_view(settings, "booth_stats").values()  # Spark's sink wrote them
+    assert sum(int(row["vehicle_count"]) for row in counted) == 100
+    assert "wörd" not in job.stdout + job.stderr  # the password is never shown
+
+
+def test_a_wrong_password_is_named(secured: Settings) -> None:
+    # about half of kafka-python's attempts see the broker hang up before its refusal
+    # arrives; in 15 s it makes about nine
+    environment = environment_of(secured) | {
+        "LAMBDALINE_KAFKA_SASL_PASSWORD": "not the password",
+        "LAMBDALINE_KAFKA_TIMEOUT": "15s",
+    }
+
+    created = subprocess.run(
+        [sys.executable, "-m", "lambdaline.cli", "topics", "create"],
+        env=environment, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+    assert created.returncode == 1
+    assert created.stderr.startswith(f"error: cannot reach Kafka at {secured.kafka_bootstrap} (")
+    assert "Authentication failed: Invalid username or password" in created.stderr
+    assert created.stderr.rstrip().endswith(
+        "check LAMBDALINE_KAFKA_SASL_USERNAME and LAMBDALINE_KAFKA_SASL_PASSWORD"
+    )
+
+
+def test_an_untrusted_certificate_and_another_protocol_are_named(secured: Settings) -> None:
+    untrusting = secured.model_copy(
+        update={"kafka_ssl_cafile": None, "kafka_timeout": timedelta(seconds=3)}
+    )
+    with pytest.raises(KafkaUnreachableError) as untrusted:
+        require_kafka(untrusting)
+    assert "CERTIFICATE_VERIFY_FAILED" in str(untrusted.value)
+    assert str(untrusted.value).endswith(
+        "the broker's certificate is not signed by a CA the client trusts; set "
+        "LAMBDALINE_KAFKA_SSL_CAFILE to the CA's PEM file (none is set: the system's are used)"
+    )
+
+    plaintext = untrusting.model_copy(update={"kafka_security_protocol": "PLAINTEXT"})
+    with pytest.raises(KafkaUnreachableError) as other:
+        require_kafka(plaintext)
+    assert str(other.value).endswith(
+        f"kafka_security_protocol is PLAINTEXT: check that the cluster's listener at "
+        f"{secured.kafka_bootstrap} speaks it (and LAMBDALINE_KAFKA_SASL_MECHANISM, with SASL)"
+    )
+
+
+def _no_sasl() -> dict[str, object]:
+    return {"kafka_sasl_username": None, "kafka_sasl_password": None}
+
+
+def _other_certificate(folder: Path) -> str:
+    """A PEM certificate the broker does not present: another state folder's broker's."""
+    other = secured_settings(folder / "other", kafka_security_protocol="SSL", **_no_sasl())
+    return kafka_broker.certificate(other).read_text()
