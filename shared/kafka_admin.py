@@ -18,7 +18,7 @@ from typing import Any
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 
-from shared.kafka_security import python_client_configs
+from shared.kafka_security import python_client_configs, uses_sasl
 from shared.settings import Settings
 
 
@@ -69,13 +69,14 @@ class BootstrapFailures(logging.Handler):
         if match := self._FAILED.match(record.getMessage()):
             self.reasons.append(match.group(1))
 
-    GENERIC = ("socket disconnected", "Timeout", "timed out")
+    GENERIC = ("socket disconnected", "reset by peer", "Timeout", "timed out")
     """Reasons that say only that an attempt ended. A client with a wrong password sees
-    its broker hang up before it reads the refusal in about half its attempts."""
+    its broker hang up before it reads the refusal in about half its attempts, and in
+    most of them on a busy machine."""
 
     def most_telling(self) -> str | None:
         """The last reason that says more than that an attempt ended, else the last one."""
-        telling = [r for r in self.reasons if not any(word in r for word in self.GENERIC)]
+        telling = [r for r in self.reasons if not is_generic(r)]
         return (telling or self.reasons)[-1] if self.reasons else None
 
     @classmethod
@@ -149,10 +150,22 @@ def unreachable(settings: Settings, error: Exception) -> KafkaUnreachableError:
     return KafkaUnreachableError(f"cannot reach Kafka at {where} ({error}); {remedy}")
 
 
+def is_generic(reason: str) -> bool:
+    """True if a failed attempt's reason says only that it ended (see BootstrapFailures)."""
+    return any(word in reason for word in BootstrapFailures.GENERIC)
+
+
 def _remedy(settings: Settings, reason: str) -> str:
     protocol = f"kafka_security_protocol is {settings.kafka_security_protocol}"
+    credentials = "check LAMBDALINE_KAFKA_SASL_USERNAME and LAMBDALINE_KAFKA_SASL_PASSWORD"
     if "SaslAuthenticationFailed" in reason:
-        return "check LAMBDALINE_KAFKA_SASL_USERNAME and LAMBDALINE_KAFKA_SASL_PASSWORD"
+        return credentials
+    if is_generic(reason) and uses_sasl(settings):
+        # the refusal itself often does not reach kafka-python before the hang-up
+        return (
+            f"the broker hung up or did not answer, as it does when it refuses a login: "
+            f"{credentials}, and that its listener speaks {settings.kafka_security_protocol}"
+        )
     if "UnsupportedSaslMechanism" in reason:
         return (
             f"the cluster does not offer kafka_sasl_mechanism {settings.kafka_sasl_mechanism}; "

@@ -8,6 +8,7 @@ JAAS line, Java's properties file, its ISO-8859-1 reading).
 
 from __future__ import annotations
 
+import re
 import ssl
 import subprocess
 import sys
@@ -104,7 +105,7 @@ def test_the_speed_layer_runs_on_a_sasl_ssl_cluster(secured: Settings, tmp_path:
 
 def test_a_wrong_password_is_named(secured: Settings) -> None:
     # about half of kafka-python's attempts see the broker hang up before its refusal
-    # arrives; in 15 s it makes about nine
+    # arrives (most, on a busy machine); in 15 s it makes about nine
     environment = environment_of(secured) | {
         "LAMBDALINE_KAFKA_SASL_PASSWORD": "not the password",
         "LAMBDALINE_KAFKA_TIMEOUT": "15s",
@@ -115,12 +116,18 @@ def test_a_wrong_password_is_named(secured: Settings) -> None:
         env=environment, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
 
-    assert created.returncode == 1
-    assert created.stderr.startswith(f"error: cannot reach Kafka at {secured.kafka_bootstrap} (")
-    assert "Authentication failed: Invalid username or password" in created.stderr
-    assert created.stderr.rstrip().endswith(
-        "check LAMBDALINE_KAFKA_SASL_USERNAME and LAMBDALINE_KAFKA_SASL_PASSWORD"
+    assert created.returncode == 1, created.stderr
+    assert created.stderr.startswith(f"error: cannot reach Kafka at {secured.kafka_bootstrap} ("), (
+        created.stderr
     )
+    # the refusal itself, or (on a busy machine, in most attempts) the broker's hang-up
+    assert re.search(
+        r"; the last attempt failed: (?:\[Error 58\] SaslAuthenticationFailedError: .*Invalid "
+        r"username or password\); check |.*(?:socket disconnected|timed out).*\); the broker hung "
+        r"up or did not answer, as it does when it refuses a login: check )"
+        r"LAMBDALINE_KAFKA_SASL_USERNAME and LAMBDALINE_KAFKA_SASL_PASSWORD",
+        created.stderr,
+    ), created.stderr
 
 
 def test_an_untrusted_certificate_and_another_protocol_are_named(secured: Settings) -> None:

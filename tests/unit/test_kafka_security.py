@@ -215,6 +215,12 @@ def test_the_most_telling_failed_attempt_is_kept_over_a_hang_up() -> None:
             "check LAMBDALINE_KAFKA_SASL_USERNAME and LAMBDALINE_KAFKA_SASL_PASSWORD",
         ),
         (
+            "KafkaConnectionError: socket disconnected",
+            "the broker hung up or did not answer, as it does when it refuses a login: check "
+            "LAMBDALINE_KAFKA_SASL_USERNAME and LAMBDALINE_KAFKA_SASL_PASSWORD, and that its "
+            "listener speaks SASL_SSL",
+        ),
+        (
             "[Error 33] UnsupportedSaslMechanismError",
             "the cluster does not offer kafka_sasl_mechanism SCRAM-SHA-512; set "
             "LAMBDALINE_KAFKA_SASL_MECHANISM to one it does",
