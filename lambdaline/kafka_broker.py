@@ -4,7 +4,9 @@
 storage once, launches ``kafka.Kafka`` with a capped heap, records its pid and
 waits until it answers on ``kafka_bootstrap``. ``stop`` signals exactly that pid
 and waits for it to go. Everything lives under ``<state_dir>/kafka``: ``data/``
-(the log dirs, kept across restarts), ``server.properties``, ``broker.pid``;
+(the log dirs, kept across restarts), ``server.properties`` (readable by its owner
+only: it may hold the SASL password), ``broker.pid``, and with TLS ``tls/`` (the
+broker's keystore and certificate, see :func:`certificate`);
 the broker's output goes to ``<state_dir>/logs/kafka.log``.
 
 On a cluster you point ``LAMBDALINE_KAFKA_BOOTSTRAP`` at real brokers and never
@@ -227,19 +229,25 @@ def certificate(settings: Settings) -> Path:
     paths = BrokerPaths.of(settings)
     if not paths.keystore.exists():
         paths.keystore.parent.mkdir(parents=True, exist_ok=True)
-        password = secrets.token_urlsafe(24)
+        _write_private(paths.keystore_password, secrets.token_urlsafe(24) + "\n")
         host = settings.bootstrap_host
         names = {f"ip:{host}" if _is_ip(host) else f"dns:{host}", "dns:localhost", "ip:127.0.0.1"}
-        store = ["-keystore", str(paths.keystore), "-storetype", "PKCS12", "-storepass", password]
+        store = ["-keystore", str(paths.keystore), "-storetype", "PKCS12"]
+        store += ["-storepass:file", str(paths.keystore_password)]  # not on a command line
         _keytool(
             "-genkeypair", "-alias", "broker", "-keyalg", "RSA", "-keysize", "2048",
             "-validity", "3650", "-dname", f"CN={host}, O=lambdaline embedded broker",
             "-ext", f"SAN={','.join(sorted(names))}", "-ext", "BC:c=ca:true", *store,
         )  # fmt: skip
         _keytool("-exportcert", "-rfc", "-alias", "broker", "-file", str(paths.certificate), *store)
-        paths.keystore_password.write_text(password + "\n")
-        paths.keystore_password.chmod(0o600)
     return paths.certificate
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write a file only its owner can read: it holds a password."""
+    path.touch(mode=0o600)
+    path.chmod(0o600)
+    path.write_text(text)
 
 
 def _check_trusted(settings: Settings, paths: BrokerPaths) -> None:
@@ -417,7 +425,7 @@ def start(settings: Settings) -> BrokerStatus:
         folder.mkdir(parents=True, exist_ok=True)
     if uses_tls(settings):
         _check_trusted(settings, paths)
-    paths.config.write_text(server_properties(settings, paths))
+    _write_private(paths.config, server_properties(settings, paths))
     paths.log4j.write_text(_LOG4J2)
     _format_storage(settings, paths)
 

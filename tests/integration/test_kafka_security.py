@@ -103,6 +103,12 @@ def test_the_speed_layer_runs_on_a_sasl_ssl_cluster(secured: Settings, tmp_path:
     assert "wörd" not in job.stdout + job.stderr  # the password is never shown
 
 
+def test_the_files_holding_passwords_are_their_owners_alone(secured: Settings) -> None:
+    paths = kafka_broker.BrokerPaths.of(secured)
+    for holder in (paths.config, paths.keystore_password):
+        assert holder.stat().st_mode & 0o777 == 0o600, holder
+
+
 def test_a_wrong_password_is_named(secured: Settings) -> None:
     # about half of kafka-python's attempts see the broker hang up before its refusal
     # arrives (most, on a busy machine); in 15 s it makes about nine
