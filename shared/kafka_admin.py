@@ -58,7 +58,7 @@ class BootstrapFailures(logging.Handler):
 
     LOGGER = "kafka.net.manager"
     _FAILED = re.compile(
-        r"^Bootstrap connection to \S+ failed: (.*?)(?: \(backoff [\d.]+ secs\))?$"
+        r"^Bootstrap (?:connection|attempt) to \S+ failed: (.*?)(?: \(backoff [\d.]+ secs\))?$"
     )
 
     def __init__(self) -> None:

@@ -202,6 +202,22 @@ def test_the_most_telling_failed_attempt_is_kept_over_a_hang_up() -> None:
         failures.handle(_failed(reason))
     assert failures.most_telling() == auth
 
+    # a connection made whose metadata request then failed is logged in other words
+    after_connecting = BootstrapFailures()
+    after_connecting.handle(
+        logging.LogRecord(
+            "kafka.net.manager",
+            logging.ERROR,
+            __file__,
+            1,
+            "Bootstrap attempt to bootstrap-0 failed: [Error 31] ClusterAuthorizationFailedError "
+            "(backoff 0.10 secs)",
+            None,
+            None,
+        )  # fmt: skip
+    )
+    assert after_connecting.most_telling() == "[Error 31] ClusterAuthorizationFailedError"
+
     hang_ups = BootstrapFailures()
     hang_ups.handle(_failed("KafkaConnectionError: socket disconnected"))
     assert hang_ups.most_telling() == "KafkaConnectionError: socket disconnected"
