@@ -204,18 +204,10 @@ def test_the_most_telling_failed_attempt_is_kept_over_a_hang_up() -> None:
 
     # a connection made whose metadata request then failed is logged in other words
     after_connecting = BootstrapFailures()
-    after_connecting.handle(
-        logging.LogRecord(
-            "kafka.net.manager",
-            logging.ERROR,
-            __file__,
-            1,
-            "Bootstrap attempt to bootstrap-0 failed: [Error 31] ClusterAuthorizationFailedError "
-            "(backoff 0.10 secs)",
-            None,
-            None,
-        )  # fmt: skip
-    )
+    reason = "[Error 31] ClusterAuthorizationFailedError"
+    message = f"Bootstrap attempt to bootstrap-0 failed: {reason} (backoff 0.10 secs)"
+    record = logging.LogRecord("kafka.net.manager", logging.ERROR, __file__, 1, message, None, None)
+    after_connecting.handle(record)
     assert after_connecting.most_telling() == "[Error 31] ClusterAuthorizationFailedError"
 
     hang_ups = BootstrapFailures()
