@@ -504,6 +504,8 @@ def ephemeral_broker(state_dir: Path, **overrides: Any) -> Iterator[Settings]:
     """A broker of its own on free ports under state_dir, stopped (by pid) on exit.
 
     For tests and benchmarks: it never touches the configured broker or ports.
+    With TLS, its clients trust its own certificate, whatever CA file the
+    environment names.
     """
     settings = Settings(
         state_dir=state_dir,
@@ -511,6 +513,8 @@ def ephemeral_broker(state_dir: Path, **overrides: Any) -> Iterator[Settings]:
         kafka_controller_port=free_port(),
         **overrides,
     )
+    if uses_tls(settings):
+        settings = settings.model_copy(update={"kafka_ssl_cafile": certificate(settings)})
     start(settings)
     try:
         yield settings
