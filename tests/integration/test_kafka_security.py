@@ -47,21 +47,14 @@ def secured_settings(state_dir: Path, **overrides: object) -> Settings:
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
-    """A running SASL_SSL broker with lambdaline's topics, and settings its clients trust."""
-    state_dir = tmp_path_factory.mktemp("kafka-sasl-ssl")
-    untrusting = secured_settings(state_dir)
-    settings = secured_settings(
-        state_dir,
-        kafka_bootstrap=untrusting.kafka_bootstrap,
-        kafka_controller_port=untrusting.kafka_controller_port,
-        kafka_ssl_cafile=kafka_broker.certificate(untrusting),
-    )
-    kafka_broker.start(settings)
-    try:
+    """A running SASL_SSL broker with lambdaline's topics; its clients trust its certificate."""
+    with kafka_broker.ephemeral_broker(
+        tmp_path_factory.mktemp("kafka-sasl-ssl"), kafka_heap="512m",
+        kafka_security_protocol="SASL_SSL", kafka_sasl_username="lambdaline-tests",
+        kafka_sasl_password=PASSWORD,
+    ) as settings:  # fmt: skip
         create_topics(settings)
         yield settings
-    finally:
-        kafka_broker.stop(settings)
 
 
 def test_a_tls_broker_is_refused_until_clients_trust_its_certificate(tmp_path: Path) -> None:
