@@ -37,7 +37,7 @@ from kafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 
 from shared.jvm import JvmProfile, resolve_jars
 from shared.kafka_admin import admin_client, port_open
-from shared.kafka_security import jaas_config, uses_sasl, uses_tls
+from shared.kafka_security import jaas_config
 from shared.settings import Settings
 
 NODE_ID = 1
@@ -177,7 +177,7 @@ def security_properties(settings: Settings, paths: BrokerPaths) -> dict[str, str
     """
     properties: dict[str, str] = {}
     listener = settings.kafka_security_protocol.lower()
-    if uses_sasl(settings):
+    if settings.kafka_uses_sasl:
         username, password = settings.kafka_sasl_username, settings.kafka_sasl_password
         assert username is not None and password is not None  # see Settings
         secret = password.get_secret_value()
@@ -188,7 +188,7 @@ def security_properties(settings: Settings, paths: BrokerPaths) -> dict[str, str
                 "PLAIN", {"username": username, "password": secret, f"user_{username}": secret}
             ),
         }
-    if uses_tls(settings):
+    if settings.kafka_uses_tls:
         properties |= {
             "ssl.keystore.type": "PKCS12",
             "ssl.keystore.location": str(paths.keystore.resolve()),
@@ -203,7 +203,7 @@ def security_properties(settings: Settings, paths: BrokerPaths) -> dict[str, str
 
 def check_security_settings(settings: Settings) -> None:
     """Raise BrokerError if the embedded broker cannot serve the security settings."""
-    if uses_sasl(settings):
+    if settings.kafka_uses_sasl:
         if settings.kafka_sasl_mechanism != "PLAIN":
             raise BrokerError(
                 "the embedded broker offers SASL by PLAIN only, not "
@@ -423,7 +423,7 @@ def start(settings: Settings) -> BrokerStatus:
     check_security_settings(settings)
     for folder in (paths.root, paths.data, paths.log_file.parent):
         folder.mkdir(parents=True, exist_ok=True)
-    if uses_tls(settings):
+    if settings.kafka_uses_tls:
         _check_trusted(settings, paths)
     _write_private(paths.config, server_properties(settings, paths))
     paths.log4j.write_text(_LOG4J2)
@@ -513,7 +513,7 @@ def ephemeral_broker(state_dir: Path, **overrides: Any) -> Iterator[Settings]:
         kafka_controller_port=free_port(),
         **overrides,
     )
-    if uses_tls(settings):
+    if settings.kafka_uses_tls:
         settings = settings.model_copy(update={"kafka_ssl_cafile": certificate(settings)})
     start(settings)
     try:

@@ -18,7 +18,7 @@ from typing import Any
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 
-from shared.kafka_security import python_client_configs, uses_sasl
+from shared.kafka_security import python_client_configs
 from shared.settings import Settings
 
 
@@ -160,7 +160,7 @@ def _remedy(settings: Settings, reason: str) -> str:
     credentials = "check LAMBDALINE_KAFKA_SASL_USERNAME and LAMBDALINE_KAFKA_SASL_PASSWORD"
     if "SaslAuthenticationFailed" in reason:
         return credentials
-    if is_generic(reason) and uses_sasl(settings):
+    if is_generic(reason) and settings.kafka_uses_sasl:
         # the refusal itself often does not reach kafka-python before the hang-up
         return (
             f"the broker hung up or did not answer, as it does when it refuses a login: "

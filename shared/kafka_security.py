@@ -28,14 +28,6 @@ LOGIN_MODULES = {
 """The Java login module of each SASL mechanism the settings offer."""
 
 
-def uses_sasl(settings: Settings) -> bool:
-    return settings.kafka_security_protocol in ("SASL_PLAINTEXT", "SASL_SSL")
-
-
-def uses_tls(settings: Settings) -> bool:
-    return settings.kafka_security_protocol in ("SSL", "SASL_SSL")
-
-
 def jaas_quote(value: str) -> str:
     """``value`` as a quoted JAAS option value.
 
@@ -65,14 +57,14 @@ def client_jaas_config(settings: Settings) -> str:
 def python_client_configs(settings: Settings) -> dict[str, Any]:
     """Security keyword arguments for any kafka-python client (admin, consumer, producer)."""
     configs: dict[str, Any] = {"security_protocol": settings.kafka_security_protocol}
-    if uses_sasl(settings):
+    if settings.kafka_uses_sasl:
         assert settings.kafka_sasl_password is not None  # see Settings
         configs |= {
             "sasl_mechanism": settings.kafka_sasl_mechanism,
             "sasl_plain_username": settings.kafka_sasl_username,
             "sasl_plain_password": settings.kafka_sasl_password.get_secret_value(),
         }
-    if uses_tls(settings) and settings.kafka_ssl_cafile is not None:
+    if settings.kafka_uses_tls and settings.kafka_ssl_cafile is not None:
         configs["ssl_cafile"] = str(settings.kafka_ssl_cafile)
     return configs
 
@@ -83,10 +75,10 @@ def spark_kafka_options(settings: Settings) -> dict[str, str]:
         "kafka.bootstrap.servers": settings.kafka_bootstrap,
         "kafka.security.protocol": settings.kafka_security_protocol,
     }
-    if uses_sasl(settings):
+    if settings.kafka_uses_sasl:
         options["kafka.sasl.mechanism"] = settings.kafka_sasl_mechanism
         options["kafka.sasl.jaas.config"] = client_jaas_config(settings)
-    if uses_tls(settings) and settings.kafka_ssl_cafile is not None:
+    if settings.kafka_uses_tls and settings.kafka_ssl_cafile is not None:
         options["kafka.ssl.truststore.type"] = "PEM"
         options["kafka.ssl.truststore.certificates"] = settings.kafka_ssl_cafile.read_text()
     return options

@@ -324,8 +324,7 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _security_settings_agree(self) -> Self:
-        sasl = self.kafka_security_protocol.startswith("SASL_")
-        tls = self.kafka_security_protocol.endswith("SSL")
+        sasl, tls = self.kafka_uses_sasl, self.kafka_uses_tls
         credentials = self.kafka_sasl_username is not None or self.kafka_sasl_password is not None
         if sasl and (not self.kafka_sasl_username or self.kafka_sasl_password is None):
             raise ValueError(
@@ -367,7 +366,17 @@ class Settings(BaseSettings):
             TomlConfigSettingsSource(settings_cls, toml_file=toml_file),
         )
 
-    # --- derived locations ----------------------------------------------------
+    # --- derived --------------------------------------------------------------
+    @property
+    def kafka_uses_sasl(self) -> bool:
+        """True if Kafka clients log in (SASL_PLAINTEXT, SASL_SSL)."""
+        return self.kafka_security_protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+
+    @property
+    def kafka_uses_tls(self) -> bool:
+        """True if Kafka clients speak TLS (SSL, SASL_SSL)."""
+        return self.kafka_security_protocol in ("SSL", "SASL_SSL")
+
     @property
     def bootstrap_servers(self) -> list[tuple[str, int]]:
         """(host, port) of every bootstrap server, in the order given."""
