@@ -11,7 +11,8 @@ from here.
 Spark's Kafka clients run in the executors. A file named in an option would have
 to exist at that path on every executor; so the CA certificates travel inside the
 options, as PEM text (Kafka's ``ssl.truststore.certificates``), and the password
-inside the JAAS line, which Spark redacts wherever it shows options.
+inside the JAAS line. Spark does not redact that line everywhere: a streaming
+DataFrame's parsed plan, before it starts, lists it as it is (docs/architecture.md).
 """
 
 from __future__ import annotations
