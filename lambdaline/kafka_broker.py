@@ -263,6 +263,44 @@ def _check_trusted(settings: Settings, paths: BrokerPaths) -> None:
         )
 
 
+def _check_unchanged(settings: Settings, paths: BrokerPaths, pid: int) -> None:
+    """Refuse to call a running broker started if it runs with other settings than these.
+
+    A broker reads its configuration once, at start: a listener, password or
+    heap changed since would otherwise be reported as running and then refuse
+    every client. The comparison is of what :func:`start` would write, by
+    property name (a value may be a password), and of the heap.
+    """
+    check_security_settings(settings)
+    if settings.kafka_uses_tls:
+        certificate(settings)  # the one a restart would use; it names it in the properties
+    try:
+        running = _properties(paths.config.read_text())
+    except FileNotFoundError:
+        return
+    wanted = _properties(server_properties(settings, paths))
+    changed = sorted(
+        key for key in running.keys() | wanted.keys() if running.get(key) != wanted.get(key)
+    )
+    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    if f"-Xmx{settings.kafka_heap}" not in cmdline:
+        changed.append("heap (kafka_heap)")
+    if changed:
+        named = ", ".join(changed[:5]) + (
+            f" and {len(changed) - 5} more" if len(changed) > 5 else ""
+        )
+        raise BrokerError(
+            f"the embedded broker (pid {pid}) runs with other settings than these "
+            f"(they differ in {named}); it reads them at start: "
+            "`lambdaline kafka stop`, then `lambdaline kafka start`"
+        )
+
+
+def _properties(text: str) -> dict[str, str]:
+    """``key=value`` lines as :func:`server_properties` writes them (values still escaped)."""
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
 def _is_ip(host: str) -> bool:
     try:
         ipaddress.ip_address(host)
@@ -411,6 +449,7 @@ def start(settings: Settings) -> BrokerStatus:
     paths = BrokerPaths.of(settings)
     pid = _read_pid(paths)
     if pid is not None and _is_our_broker(pid, paths):
+        _check_unchanged(settings, paths, pid)
         return status(settings)
     paths.pid_file.unlink(missing_ok=True)
     host, port = settings.bootstrap_host, settings.bootstrap_port

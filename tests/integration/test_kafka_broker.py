@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType
+from pydantic import SecretStr
 from typer.testing import CliRunner
 
 from lambdaline import kafka_broker
@@ -40,6 +41,26 @@ def test_start_is_idempotent_stop_waits_and_data_survives(tmp_path: Path) -> Non
     try:
         assert first.running and first.answering and first.pid is not None
         assert kafka_broker.start(settings).pid == first.pid
+        # a broker reads its settings at start: other ones are refused, not ignored
+        with pytest.raises(
+            kafka_broker.BrokerError,
+            match=r"differ in num\.partitions, offsets\.topic\.num\.partitions\)",
+        ):
+            kafka_broker.start(settings.model_copy(update={"kafka_partitions": 3}))
+        with pytest.raises(kafka_broker.BrokerError, match=r"differ in heap \(kafka_heap\)\)"):
+            kafka_broker.start(settings.model_copy(update={"kafka_heap": "768m"}))
+        sasl = settings.model_copy(
+            update={
+                "kafka_security_protocol": "SASL_PLAINTEXT",
+                "kafka_sasl_username": "lambdaline",
+                "kafka_sasl_password": SecretStr("secret"),
+            }
+        )
+        with pytest.raises(kafka_broker.BrokerError) as refused:
+            kafka_broker.start(sasl)
+        assert "advertised.listeners, inter.broker.listener.name" in str(refused.value)
+        assert "secret" not in str(refused.value)
+        assert kafka_broker.status(settings).pid == first.pid
         create_topics(settings)
         producer = KafkaProducer(bootstrap_servers=settings.kafka_bootstrap)
         producer.send("toll.exits", value=b"kept", key=b"P", partition=0).get(timeout=30)
