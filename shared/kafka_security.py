@@ -83,3 +83,21 @@ def spark_kafka_options(settings: Settings) -> dict[str, str]:
         options["kafka.ssl.truststore.type"] = "PEM"
         options["kafka.ssl.truststore.certificates"] = settings.kafka_ssl_cafile.read_text()
     return options
+
+
+def security_environment(settings: Settings) -> dict[str, str]:
+    """The ``LAMBDALINE_KAFKA_*`` security variables that give a child process these settings.
+
+    All five, an unset one as an empty variable (which unsets it), so a child
+    started with them reaches the same cluster the same way whatever its
+    parent's environment or settings file says.
+    """
+    password = settings.kafka_sasl_password
+    cafile = settings.kafka_ssl_cafile
+    return {
+        "LAMBDALINE_KAFKA_SECURITY_PROTOCOL": settings.kafka_security_protocol,
+        "LAMBDALINE_KAFKA_SASL_MECHANISM": settings.kafka_sasl_mechanism,
+        "LAMBDALINE_KAFKA_SASL_USERNAME": settings.kafka_sasl_username or "",
+        "LAMBDALINE_KAFKA_SASL_PASSWORD": password.get_secret_value() if password else "",
+        "LAMBDALINE_KAFKA_SSL_CAFILE": str(cafile) if cafile else "",
+    }

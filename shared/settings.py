@@ -90,7 +90,8 @@ def _split_commas(value: Any) -> Any:
 
 
 def _empty_is_unset(value: Any) -> Any:
-    # LAMBDALINE_KAFKA_SASL_USERNAME= clears a value of the settings file, as unset would
+    # LAMBDALINE_KAFKA_SASL_USERNAME= (or …_PASSWORD=, …_SSL_CAFILE=) clears a value of the
+    # settings file, as unset would
     return None if value == "" else value
 
 
@@ -163,7 +164,7 @@ class Settings(BaseSettings):
     kafka_sasl_password: Annotated[SecretStr | None, BeforeValidator(_empty_is_unset)] = Field(
         None, description="SASL password (shown as ********** wherever settings are printed)"
     )
-    kafka_ssl_cafile: Path | None = Field(
+    kafka_ssl_cafile: Annotated[Path | None, BeforeValidator(_empty_is_unset)] = Field(
         None,
         description="PEM file of the CA certificates that sign the brokers', with SSL or "
         "SASL_SSL; none = the system's trust store (Java's for Spark)",

@@ -71,6 +71,7 @@ from shared.events import (
 )
 from shared.jvm import pom_properties
 from shared.kafka_admin import kafka_consumer, kafka_producer
+from shared.kafka_security import security_environment
 from shared.settings import Settings
 from shared.topics import VIEW_NAMES
 
@@ -146,6 +147,7 @@ class Bench:
             "LAMBDALINE_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
             "LAMBDALINE_KAFKA_CONTROLLER_PORT": str(settings.kafka_controller_port),
             "LAMBDALINE_API_KEYS": self.api_key,
+            **security_environment(settings),  # the bench's broker's, not the caller's cluster's
         }
         self.children = Supervisor(env=self.env, logs=folder, prefix="log-")
         self.results: dict[str, Any] = {}

@@ -12,6 +12,7 @@ from typing import Any
 
 from lambdaline.topics import create_topics
 from shared.kafka_admin import kafka_consumer, kafka_producer
+from shared.kafka_security import security_environment
 from shared.settings import Settings, TopicSettings
 from shared.topics import speed_topic
 
@@ -48,19 +49,6 @@ def environment_of(settings: Settings) -> dict[str, str]:
         "LAMBDALINE_TOPICS__SPEED_PROGRESS": topics.speed_progress,
         **security_environment(settings),
     }
-
-
-def security_environment(settings: Settings) -> dict[str, str]:
-    """The LAMBDALINE_KAFKA_* security variables of settings, for a subprocess."""
-    values = {
-        "LAMBDALINE_KAFKA_SECURITY_PROTOCOL": settings.kafka_security_protocol,
-        "LAMBDALINE_KAFKA_SASL_MECHANISM": settings.kafka_sasl_mechanism,
-        "LAMBDALINE_KAFKA_SASL_USERNAME": settings.kafka_sasl_username,
-        "LAMBDALINE_KAFKA_SASL_PASSWORD": settings.kafka_sasl_password
-        and settings.kafka_sasl_password.get_secret_value(),
-        "LAMBDALINE_KAFKA_SSL_CAFILE": settings.kafka_ssl_cafile and str(settings.kafka_ssl_cafile),
-    }
-    return {name: value for name, value in values.items() if value}
 
 
 def ms(instant: str) -> int:

@@ -10,7 +10,12 @@ from kafka.errors import KafkaTimeoutError
 
 from lambdaline import kafka_broker
 from shared.kafka_admin import BootstrapFailures, KafkaBootstrapError, unreachable
-from shared.kafka_security import jaas_quote, python_client_configs, spark_kafka_options
+from shared.kafka_security import (
+    jaas_quote,
+    python_client_configs,
+    security_environment,
+    spark_kafka_options,
+)
 from shared.settings import Settings, SettingsError, get_settings
 
 PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
@@ -52,6 +57,29 @@ def test_kafka_python_clients_get_the_credentials_and_the_ca_file(cafile: Path) 
         "sasl_plain_password": 'p"a\\ss',
         "ssl_cafile": str(cafile),
     }
+
+
+def test_a_child_given_the_security_environment_reaches_the_cluster_the_same_way(
+    cafile: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secured = sasl_ssl(cafile)
+    assert security_environment(secured) == {
+        "LAMBDALINE_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+        "LAMBDALINE_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
+        "LAMBDALINE_KAFKA_SASL_USERNAME": "alice",
+        "LAMBDALINE_KAFKA_SASL_PASSWORD": 'p"a\\ss',
+        "LAMBDALINE_KAFKA_SSL_CAFILE": str(cafile),
+    }
+    # a parent's own cluster settings (a variable, the settings file) do not reach the child
+    plaintext = security_environment(Settings())
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "lambdaline.toml").write_text('kafka_sasl_username = "bob"\n')
+    monkeypatch.setenv("LAMBDALINE_KAFKA_SSL_CAFILE", str(cafile))
+    for name, value in plaintext.items():
+        monkeypatch.setenv(name, value)
+    child = Settings()
+    assert child.kafka_security_protocol == "PLAINTEXT"
+    assert (child.kafka_sasl_username, child.kafka_ssl_cafile) == (None, None)
 
 
 def test_spark_gets_a_jaas_line_and_the_certificates_themselves(cafile: Path) -> None:
