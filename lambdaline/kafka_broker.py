@@ -173,7 +173,8 @@ def security_properties(settings: Settings, paths: BrokerPaths) -> dict[str, str
     SASL: the one user of the settings, by PLAIN (its password in the broker's
     configuration, where Kafka's PLAIN reads it). TLS: a certificate of the
     broker's own (:func:`certificate`), which clients trust through
-    ``kafka_ssl_cafile``.
+    ``kafka_ssl_cafile``; with ``kafka_ssl_certfile``, mutual TLS: every client
+    must present a certificate, and the broker trusts the one of the settings.
     """
     properties: dict[str, str] = {}
     listener = settings.kafka_security_protocol.lower()
@@ -189,14 +190,19 @@ def security_properties(settings: Settings, paths: BrokerPaths) -> dict[str, str
             ),
         }
     if settings.kafka_uses_tls:
+        # the broker is its own inter-broker client, and checks at start that it
+        # trusts itself; with a client certificate in the settings it asks every
+        # client for one, and trusts that one
+        trusted = [paths.certificate.read_text()]
+        if settings.kafka_ssl_certfile is not None:
+            trusted.append(settings.kafka_ssl_certfile.read_text())
+            properties["ssl.client.auth"] = "required"
         properties |= {
             "ssl.keystore.type": "PKCS12",
             "ssl.keystore.location": str(paths.keystore.resolve()),
             "ssl.keystore.password": paths.keystore_password.read_text().strip(),
-            # the broker is its own inter-broker client, and checks at start that it
-            # trusts itself
             "ssl.truststore.type": "PEM",
-            "ssl.truststore.location": str(paths.certificate.resolve()),
+            "ssl.truststore.certificates": "".join(text.strip() + "\n" for text in trusted),
         }
     return properties
 

@@ -171,6 +171,20 @@ def _remedy(settings: Settings, reason: str) -> str:
             f"the cluster does not offer kafka_sasl_mechanism {settings.kafka_sasl_mechanism}; "
             "set LAMBDALINE_KAFKA_SASL_MECHANISM to one it does"
         )
+    # the TLS alerts of a broker that wants a client certificate and got none, or one it
+    # does not trust (Java's broker sends "bad certificate" for both)
+    if re.search(
+        r"CERTIFICATE_REQUIRED|ALERT_(?:BAD_CERTIFICATE|CERTIFICATE_UNKNOWN|UNKNOWN_CA)", reason
+    ):
+        if settings.kafka_ssl_certfile is None:
+            return (
+                "the cluster asks for a client certificate: set LAMBDALINE_KAFKA_SSL_CERTFILE "
+                "and LAMBDALINE_KAFKA_SSL_KEYFILE (none is set)"
+            )
+        return (
+            "the cluster does not accept the client certificate in "
+            f"{settings.kafka_ssl_certfile}: check that its CA signed it"
+        )
     if "CERTIFICATE_VERIFY_FAILED" in reason:
         cafile = settings.kafka_ssl_cafile
         now = f"{cafile} does not hold it" if cafile else "none is set: the system's are used"

@@ -10,14 +10,17 @@ from here.
 
 Spark's Kafka clients run in the executors. A file named in an option would have
 to exist at that path on every executor; so the CA certificates travel inside the
-options, as PEM text (Kafka's ``ssl.truststore.certificates``), and the password
-inside the JAAS line. Spark does not redact that line everywhere: a streaming
+options, as PEM text (Kafka's ``ssl.truststore.certificates``), the password
+inside the JAAS line, and a client certificate's key as unencrypted PKCS#8 text
+(``shared.pem`` says why). Spark does not redact these everywhere: a streaming
 DataFrame's parsed plan, before it starts, lists it as it is (docs/architecture.md).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from pydantic import SecretStr
 
 from shared.settings import Settings
 
@@ -67,6 +70,13 @@ def python_client_configs(settings: Settings) -> dict[str, Any]:
         }
     if settings.kafka_uses_tls and settings.kafka_ssl_cafile is not None:
         configs["ssl_cafile"] = str(settings.kafka_ssl_cafile)
+    if settings.kafka_uses_tls and settings.kafka_ssl_certfile is not None:
+        password = settings.kafka_ssl_key_password
+        configs |= {
+            "ssl_certfile": str(settings.kafka_ssl_certfile),
+            "ssl_keyfile": str(settings.kafka_ssl_keyfile),
+            "ssl_password": password.get_secret_value() if password else None,
+        }
     return configs
 
 
@@ -82,22 +92,36 @@ def spark_kafka_options(settings: Settings) -> dict[str, str]:
     if settings.kafka_uses_tls and settings.kafka_ssl_cafile is not None:
         options["kafka.ssl.truststore.type"] = "PEM"
         options["kafka.ssl.truststore.certificates"] = settings.kafka_ssl_cafile.read_text()
+    if settings.kafka_uses_tls and settings.kafka_ssl_certfile is not None:
+        from shared.pem import pkcs8_text  # here: cryptography takes ~0.1 s to import
+
+        assert settings.kafka_ssl_keyfile is not None  # see Settings
+        password = settings.kafka_ssl_key_password
+        options["kafka.ssl.keystore.type"] = "PEM"
+        options["kafka.ssl.keystore.certificate.chain"] = settings.kafka_ssl_certfile.read_text()
+        # as Java reads it on every JDK (shared.pem); it travels as the password would
+        options["kafka.ssl.keystore.key"] = pkcs8_text(
+            settings.kafka_ssl_keyfile, password.get_secret_value() if password else None
+        )
     return options
 
 
 def security_environment(settings: Settings) -> dict[str, str]:
     """The ``LAMBDALINE_KAFKA_*`` security variables that give a child process these settings.
 
-    All five, an unset one as an empty variable (which unsets it), so a child
+    All of them, an unset one as an empty variable (which unsets it), so a child
     started with them reaches the same cluster the same way whatever its
     parent's environment or settings file says.
     """
-    password = settings.kafka_sasl_password
-    cafile = settings.kafka_ssl_cafile
-    return {
-        "LAMBDALINE_KAFKA_SECURITY_PROTOCOL": settings.kafka_security_protocol,
-        "LAMBDALINE_KAFKA_SASL_MECHANISM": settings.kafka_sasl_mechanism,
-        "LAMBDALINE_KAFKA_SASL_USERNAME": settings.kafka_sasl_username or "",
-        "LAMBDALINE_KAFKA_SASL_PASSWORD": password.get_secret_value() if password else "",
-        "LAMBDALINE_KAFKA_SSL_CAFILE": str(cafile) if cafile else "",
-    }
+
+    def text(value: object) -> str:
+        if isinstance(value, SecretStr):
+            return value.get_secret_value()
+        return "" if value is None else str(value)
+
+    names = (
+        "kafka_security_protocol", "kafka_sasl_mechanism", "kafka_sasl_username",
+        "kafka_sasl_password", "kafka_ssl_cafile", "kafka_ssl_certfile", "kafka_ssl_keyfile",
+        "kafka_ssl_key_password",
+    )  # fmt: skip
+    return {f"LAMBDALINE_{name.upper()}": text(getattr(settings, name)) for name in names}

@@ -89,6 +89,13 @@ def _split_commas(value: Any) -> Any:
     return value
 
 
+def _read_pem(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError as error:
+        raise ValueError(f"cannot read {path}: {error.strerror}") from None
+
+
 def _empty_is_unset(value: Any) -> Any:
     # LAMBDALINE_KAFKA_SASL_USERNAME= (or …_PASSWORD=, …_SSL_CAFILE=) clears a value of the
     # settings file, as unset would
@@ -168,6 +175,19 @@ class Settings(BaseSettings):
         None,
         description="PEM file of the CA certificates that sign the brokers', with SSL or "
         "SASL_SSL; none = the system's trust store (Java's for Spark)",
+    )
+    kafka_ssl_certfile: Annotated[Path | None, BeforeValidator(_empty_is_unset)] = Field(
+        None,
+        description="PEM file of the client's certificate (and its chain), for a cluster that "
+        "asks for one (mutual TLS), with kafka_ssl_keyfile",
+    )
+    kafka_ssl_keyfile: Annotated[Path | None, BeforeValidator(_empty_is_unset)] = Field(
+        None,
+        description="PEM file of the client certificate's private key, PKCS#8 (Java's Kafka "
+        "clients read no other form)",
+    )
+    kafka_ssl_key_password: Annotated[SecretStr | None, BeforeValidator(_empty_is_unset)] = Field(
+        None, description="password of kafka_ssl_keyfile, if it is encrypted"
     )
     input_retention: Duration | None = Field(
         None,
@@ -308,19 +328,22 @@ class Settings(BaseSettings):
             raise ValueError("must divide a day evenly (e.g. 1m, 5m, 15m, 1h)")
         return value
 
-    @field_validator("kafka_ssl_cafile")
+    @field_validator("kafka_ssl_cafile", "kafka_ssl_certfile")
     @classmethod
-    def _pem_file(cls, value: Path | None) -> Path | None:
+    def _pem_certificates(cls, value: Path | None) -> Path | None:
         # Spark's executors get the certificates themselves (see shared.kafka_security),
         # so the file is read where settings are built, and a wrong one is named here
-        if value is None:
-            return value
-        try:
-            text = value.read_text(errors="replace")
-        except OSError as error:
-            raise ValueError(f"cannot read {value}: {error.strerror}") from None
-        if "-----BEGIN CERTIFICATE-----" not in text:
+        if value is not None and "-----BEGIN CERTIFICATE-----" not in _read_pem(value):
             raise ValueError(f"{value} holds no PEM certificate (-----BEGIN CERTIFICATE-----)")
+        return value
+
+    @field_validator("kafka_ssl_keyfile")
+    @classmethod
+    def _pem_key(cls, value: Path | None) -> Path | None:
+        if value is not None and not re.search(
+            r"-----BEGIN [A-Z ]*PRIVATE KEY-----", _read_pem(value)
+        ):
+            raise ValueError(f"{value} holds no PEM private key (-----BEGIN PRIVATE KEY-----)")
         return value
 
     @model_validator(mode="after")
@@ -339,12 +362,37 @@ class Settings(BaseSettings):
                 f"is {self.kafka_security_protocol}, which sends no credentials; set it to "
                 "SASL_SSL (or SASL_PLAINTEXT)"
             )
-        if self.kafka_ssl_cafile is not None and not tls:
-            raise ValueError(
-                f"kafka_ssl_cafile is set but kafka_security_protocol is "
-                f"{self.kafka_security_protocol}, which uses no TLS; set it to SSL or SASL_SSL"
-            )
+        tls_files = {
+            name: getattr(self, name)
+            for name in ("kafka_ssl_cafile", "kafka_ssl_certfile", "kafka_ssl_keyfile")
+        }
+        for name, path in tls_files.items():
+            if path is not None and not tls:
+                raise ValueError(
+                    f"{name} is set but kafka_security_protocol is "
+                    f"{self.kafka_security_protocol}, which uses no TLS; set it to SSL or SASL_SSL"
+                )
+        self._check_client_certificate()
         return self
+
+    def _check_client_certificate(self) -> None:
+        """The certificate, its key and the key's password must come together and agree."""
+        certfile, keyfile = self.kafka_ssl_certfile, self.kafka_ssl_keyfile
+        password = self.kafka_ssl_key_password
+        if (certfile is None) != (keyfile is None):
+            raise ValueError(
+                "a client certificate needs both kafka_ssl_certfile and kafka_ssl_keyfile "
+                "(LAMBDALINE_KAFKA_SSL_CERTFILE, LAMBDALINE_KAFKA_SSL_KEYFILE)"
+            )
+        if certfile is None or keyfile is None:
+            if password is not None:
+                raise ValueError("kafka_ssl_key_password is set but kafka_ssl_keyfile is not")
+            return
+        # what every client will read: a key of another certificate, a wrong password.
+        # (imported here: cryptography takes ~0.1 s to import, which every command would pay)
+        from shared.pem import check_pair
+
+        check_pair(certfile, keyfile, password.get_secret_value() if password else None)
 
     @field_validator("batch_cron", "demo_batch_cron")
     @classmethod

@@ -6,6 +6,8 @@ import logging
 from pathlib import Path
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 from kafka.errors import KafkaTimeoutError
 
 from lambdaline import kafka_broker
@@ -17,6 +19,7 @@ from shared.kafka_security import (
     spark_kafka_options,
 )
 from shared.settings import Settings, SettingsError, get_settings
+from tests.certificates import client_certificate
 
 PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 
@@ -69,6 +72,9 @@ def test_a_child_given_the_security_environment_reaches_the_cluster_the_same_way
         "LAMBDALINE_KAFKA_SASL_USERNAME": "alice",
         "LAMBDALINE_KAFKA_SASL_PASSWORD": 'p"a\\ss',
         "LAMBDALINE_KAFKA_SSL_CAFILE": str(cafile),
+        "LAMBDALINE_KAFKA_SSL_CERTFILE": "",
+        "LAMBDALINE_KAFKA_SSL_KEYFILE": "",
+        "LAMBDALINE_KAFKA_SSL_KEY_PASSWORD": "",
     }
     # a parent's own cluster settings (a variable, the settings file) do not reach the child
     plaintext = security_environment(Settings())
@@ -152,6 +158,89 @@ def test_a_ca_file_needs_tls_and_a_certificate_in_it(tmp_path: Path, cafile: Pat
     not_pem.write_text("secret\n")
     with pytest.raises(ValueError, match=r"key\.txt holds no PEM certificate"):
         Settings(kafka_security_protocol="SSL", kafka_ssl_cafile=not_pem)
+
+
+def test_a_client_certificate_reaches_both_kinds_of_client(tmp_path: Path, cafile: Path) -> None:
+    client = client_certificate(tmp_path, password="key pw")  # PBES2, as OpenSSL encrypts
+    settings = Settings(
+        kafka_security_protocol="SSL", kafka_ssl_cafile=cafile,
+        kafka_ssl_certfile=client.certfile, kafka_ssl_keyfile=client.keyfile,
+        kafka_ssl_key_password="key pw",
+    )  # fmt: skip
+    assert python_client_configs(settings) == {
+        "security_protocol": "SSL",
+        "ssl_cafile": str(cafile),
+        "ssl_certfile": str(client.certfile),
+        "ssl_keyfile": str(client.keyfile),
+        "ssl_password": "key pw",
+    }
+    assert "key pw" not in repr(settings)
+    # Spark's executors get the certificate and the key themselves, the key as Java 17
+    # reads it: PKCS#8, decrypted
+    options = spark_kafka_options(settings)
+    assert options["kafka.ssl.keystore.type"] == "PEM"
+    assert options["kafka.ssl.keystore.certificate.chain"] == client.certfile.read_text()
+    key_text = options["kafka.ssl.keystore.key"]
+    assert key_text.startswith("-----BEGIN PRIVATE KEY-----\n")
+    assert "kafka.ssl.key.password" not in options
+    spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    certificate = x509.load_pem_x509_certificate(client.certfile.read_bytes())
+    key = serialization.load_pem_private_key(key_text.encode(), password=None)
+    assert key.public_key().public_bytes(*spki) == certificate.public_key().public_bytes(*spki)
+
+
+def test_a_pkcs1_key_reaches_spark_as_pkcs8(tmp_path: Path) -> None:
+    client = client_certificate(tmp_path, key_format="PKCS1")
+    assert client.keyfile.read_text().startswith("-----BEGIN RSA PRIVATE KEY-----")
+    settings = Settings(
+        kafka_security_protocol="SSL",
+        kafka_ssl_certfile=client.certfile,
+        kafka_ssl_keyfile=client.keyfile,
+    )
+    key_text = spark_kafka_options(settings)["kafka.ssl.keystore.key"]
+    assert key_text.startswith("-----BEGIN PRIVATE KEY-----\n")
+
+
+def test_a_client_certificate_its_key_and_the_keys_password_must_agree(tmp_path: Path) -> None:
+    plain = client_certificate(tmp_path / "plain")
+    locked = client_certificate(tmp_path / "locked", password="right")
+    other = client_certificate(tmp_path / "other")
+
+    def refused(**fields: object) -> str:
+        with pytest.raises(ValueError) as error:
+            Settings(kafka_security_protocol="SSL", **fields)  # type: ignore[arg-type]
+        return str(error.value)
+
+    assert "a client certificate needs both kafka_ssl_certfile and kafka_ssl_keyfile" in refused(
+        kafka_ssl_certfile=plain.certfile
+    )
+    assert f"{plain.certfile} holds no PEM private key" in refused(
+        kafka_ssl_certfile=plain.certfile, kafka_ssl_keyfile=plain.certfile
+    )
+    assert f"{locked.keyfile} is encrypted: set kafka_ssl_key_password" in refused(
+        kafka_ssl_certfile=locked.certfile, kafka_ssl_keyfile=locked.keyfile
+    )
+    assert f"kafka_ssl_key_password is set but {plain.keyfile} is not encrypted" in refused(
+        kafka_ssl_certfile=plain.certfile, kafka_ssl_keyfile=plain.keyfile,
+        kafka_ssl_key_password="pw",
+    )  # fmt: skip
+    assert f"cannot decrypt {locked.keyfile} with kafka_ssl_key_password" in refused(
+        kafka_ssl_certfile=locked.certfile, kafka_ssl_keyfile=locked.keyfile,
+        kafka_ssl_key_password="wrong",
+    )  # fmt: skip
+    assert f"{other.keyfile} is not the key of the certificate in {plain.certfile}" in refused(
+        kafka_ssl_certfile=plain.certfile, kafka_ssl_keyfile=other.keyfile
+    )
+    assert "kafka_ssl_key_password is set but kafka_ssl_keyfile is not" in refused(
+        kafka_ssl_key_password="pw"
+    )
+    with pytest.raises(ValueError, match="kafka_ssl_certfile is set but kafka_security_protocol"):
+        Settings(kafka_ssl_certfile=plain.certfile, kafka_ssl_keyfile=plain.keyfile)
+    assert Settings(
+        kafka_security_protocol="SASL_SSL", kafka_sasl_username="u", kafka_sasl_password="p",
+        kafka_ssl_certfile=locked.certfile, kafka_ssl_keyfile=locked.keyfile,
+        kafka_ssl_key_password="right",
+    ).kafka_ssl_keyfile == locked.keyfile  # fmt: skip
 
 
 def test_an_empty_variable_unsets_a_credential_of_the_settings_file(
