@@ -13,18 +13,21 @@ import ssl
 import subprocess
 import sys
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from lambdaline import kafka_broker
-from lambdaline.generator import GeneratorConfig, send_to_kafka
 from lambdaline.topics import create_topics
 from shared.kafka_admin import KafkaUnreachableError, require_kafka
 from shared.settings import Settings
 from tests.integration.conftest import broker_settings
-from tests.integration.helpers import environment_of, isolated_settings, speed_view
+from tests.integration.helpers import (
+    environment_of,
+    isolated_settings,
+    speed_job_counts_100_entries,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -77,23 +80,9 @@ def test_a_tls_broker_is_refused_until_clients_trust_its_certificate(tmp_path: P
 
 
 def test_the_speed_layer_runs_on_a_sasl_ssl_cluster(secured: Settings, tmp_path: Path) -> None:
-    settings = isolated_settings(secured, tmp_path)
-    wave = GeneratorConfig(
-        events=100, seed=5, plates=40, late=0.0, duplicate=0.0, malformed=0.0,
-        start=datetime(2026, 1, 6, 6, tzinfo=UTC),
-    )  # fmt: skip
     # two producer processes, each given the settings (and so the password) by pickle
-    assert send_to_kafka(wave, settings, workers=2).by_kind["entry"] == 100
-
-    job = subprocess.run(
-        [sys.executable, "-m", "lambdaline.cli", "speed", "run", "--available-now"],
-        env=environment_of(settings), capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-
-    assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
-    counted = speed_view(settings, "booth_stats").values()  # Spark's sink wrote them
-    assert sum(int(row["vehicle_count"]) for row in counted) == 100
-    assert "wörd" not in job.stdout + job.stderr  # the password is never shown
+    output = speed_job_counts_100_entries(isolated_settings(secured, tmp_path), workers=2)
+    assert "wörd" not in output  # the password is never shown
 
 
 def test_the_files_holding_passwords_are_their_owners_alone(secured: Settings) -> None:
