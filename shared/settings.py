@@ -97,8 +97,8 @@ def _read_pem(path: Path) -> str:
 
 
 def _empty_is_unset(value: Any) -> Any:
-    # LAMBDALINE_KAFKA_SASL_USERNAME= (or …_PASSWORD=, …_SSL_CAFILE=) clears a value of the
-    # settings file, as unset would
+    # LAMBDALINE_KAFKA_SASL_USERNAME= (or any optional security setting's variable) clears a
+    # value of the settings file, as unset would
     return None if value == "" else value
 
 
@@ -183,8 +183,8 @@ class Settings(BaseSettings):
     )
     kafka_ssl_keyfile: Annotated[Path | None, BeforeValidator(_empty_is_unset)] = Field(
         None,
-        description="PEM file of the client certificate's private key, PKCS#8 (Java's Kafka "
-        "clients read no other form)",
+        description="PEM file of the client certificate's private key, in any form OpenSSL "
+        "reads (Spark's clients get it as PKCS#8, see shared.pem)",
     )
     kafka_ssl_key_password: Annotated[SecretStr | None, BeforeValidator(_empty_is_unset)] = Field(
         None, description="password of kafka_ssl_keyfile, if it is encrypted"
