@@ -243,14 +243,22 @@ def test_a_client_certificate_its_key_and_the_keys_password_must_agree(tmp_path:
     ).kafka_ssl_keyfile == locked.keyfile  # fmt: skip
 
 
-def test_an_empty_variable_unsets_a_credential_of_the_settings_file(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+@pytest.mark.parametrize(
+    "name",
+    [
+        "kafka_sasl_username", "kafka_sasl_password", "kafka_ssl_cafile",
+        "kafka_ssl_certfile", "kafka_ssl_keyfile", "kafka_ssl_key_password",
+    ],
+)  # fmt: skip
+def test_an_empty_variable_unsets_a_security_setting_of_the_settings_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, name: str
 ) -> None:
+    # the file's value alone would be refused (it needs a protocol, or its partner setting)
     settings_file = tmp_path / "lambdaline.toml"
-    settings_file.write_text('kafka_sasl_username = "alice"\n')
+    settings_file.write_text(f'{name} = "{tmp_path / "no-such-file"}"\n')
     monkeypatch.setenv("LAMBDALINE_CONFIG", str(settings_file))
-    monkeypatch.setenv("LAMBDALINE_KAFKA_SASL_USERNAME", "")
-    assert get_settings().kafka_sasl_username is None
+    monkeypatch.setenv(f"LAMBDALINE_{name.upper()}", "")
+    assert getattr(get_settings(), name) is None
 
 
 def test_the_password_is_hidden_wherever_settings_are_shown(cafile: Path) -> None:
