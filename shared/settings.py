@@ -223,7 +223,8 @@ class Settings(BaseSettings):
         default_factory=dict,
         description="extra Spark configuration for both layers, over each layer's own tuning, "
         'e.g. LAMBDALINE_SPARK_CONF=\'{"spark.scheduler.mode": "FIFO"}\' '
-        "(spark-submit: use --conf)",
+        "(spark-submit: use --conf); paths in it absolute, since a local driver runs in "
+        "<state_dir>/spark-local",
     )
     speed_trigger: Duration = Field(
         timedelta(seconds=1),
@@ -290,11 +291,24 @@ class Settings(BaseSettings):
 
     @field_validator("state_dir", "jvm_cache_dir", "batch_store_dir")
     @classmethod
-    def _not_a_file(cls, value: Path | None) -> Path | None:
+    def _absolute_directory(cls, value: Path | None) -> Path | None:
+        """Absolute, from the working directory the settings are read in: a local Spark
+        driver runs in a directory of its own (``shared.spark_session``), where a
+        relative checkpoint or jar path would name something else."""
+        if value is None:
+            return None
         # created when first needed; a file in the way would fail later, deep in a command
-        if value is not None and value.exists() and not value.is_dir():
+        if value.exists() and not value.is_dir():
             raise ValueError(f"{value} exists and is not a directory")
-        return value
+        return value.absolute()
+
+    @field_validator("master_dir")
+    @classmethod
+    def _absolute_location(cls, value: str | None) -> str | None:
+        """A path made absolute, as the directories above; a URL (``hdfs://``) as it is."""
+        if not value or re.match(r"[A-Za-z][A-Za-z0-9+.-]*:", value):
+            return value or None
+        return str(Path(value).absolute())
 
     @field_validator("kafka_bootstrap")
     @classmethod
@@ -457,7 +471,7 @@ class Settings(BaseSettings):
         """Where the master dataset lives, as Spark reads it (path or URL, no trailing /)."""
         if self.master_dir:
             return self.master_dir.rstrip("/")
-        return str((self.state_dir / "master").absolute())
+        return str(self.state_dir / "master")
 
     @property
     def batch_store(self) -> Path:

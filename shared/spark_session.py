@@ -18,6 +18,13 @@ directories of each application) under ``<state_dir>/spark-local`` instead of
 Spark deletes them when it stops, and what a killed run leaves goes with the
 state directory (``make clean``; a test's temporary directory). Set
 ``spark.local.dir`` in ``spark_conf``, or ``SPARK_LOCAL_DIRS``, to put it elsewhere.
+Its JVM also *runs* in ``<state_dir>/spark-local``: Spark 4.0.0 makes an
+``artifacts`` directory in the driver's working directory (SPARK-52396, fixed
+in 4.0.1, which the connector pins out of reach), which would otherwise be left
+in whatever directory a command was started from, and fail where that one is
+not writable. So every path lambdaline gives Spark is absolute (the settings'
+directories are made so), and a relative path in ``spark_conf`` names a place
+under ``<state_dir>/spark-local``.
 
 A local driver also logs as ``shared/spark-log4j2.properties`` says (Spark's
 defaults at WARN, without four warnings that ask nothing of
@@ -64,6 +71,7 @@ def spark_session(
     builder = SparkSession.builder.appName(app_name)
     config = {**STREAMING_CONF, **(extra_config or {}), **settings.spark_conf}
     launch_environment: dict[str, str] = {}
+    driver_directory: Path | None = None  # under spark-submit, its JVM runs already
     if not under_spark_submit():
         if settings.spark_master.startswith("local"):
             # Python UDF workers must run this interpreter (the project's venv), not
@@ -78,16 +86,15 @@ def spark_session(
         )
         submit_options = os.environ.get("SPARK_SUBMIT_OPTS", "")
         driver_options = [submit_options]
+        driver_directory = settings.state_dir / "spark-local"
+        driver_directory.mkdir(parents=True, exist_ok=True)
         if "spark.local.dir" not in config and "SPARK_LOCAL_DIRS" not in os.environ:
             # the environment variable, not spark.local.dir: Spark warns about that
-            # setting on every start (a cluster manager would override it). Spark
-            # creates the directory.
-            scratch = settings.state_dir.resolve() / "spark-local"
-            launch_environment["SPARK_LOCAL_DIRS"] = str(scratch)
+            # setting on every start (a cluster manager would override it)
+            launch_environment["SPARK_LOCAL_DIRS"] = str(driver_directory)
             # the JVM's own temporary directory too: spark-submit makes one there
             # per application (empty), which a killed driver left in /tmp
-            scratch.mkdir(parents=True, exist_ok=True)
-            driver_options.append(f"-Djava.io.tmpdir={scratch}")
+            driver_options.append(f"-Djava.io.tmpdir={driver_directory}")
         if "log4j2.configurationFile" not in submit_options and "SPARK_CONF_DIR" not in os.environ:
             driver_options.append(f"-Dlog4j2.configurationFile={DRIVER_LOG4J2}")
         launch_environment["SPARK_SUBMIT_OPTS"] = " ".join(filter(None, driver_options))
@@ -102,12 +109,34 @@ def spark_session(
     }
     for key, value in sql_settings.items():
         builder = builder.config(key, value)
-    with _environment(launch_environment):  # read when the driver's JVM starts
+    # read when the driver's JVM starts, which inherits both (if it is not running yet)
+    with _environment(launch_environment), _working_directory(driver_directory):
         session = builder.getOrCreate()
     for key, value in sql_settings.items():  # the session may have existed already
         if key.startswith("spark.sql."):
             session.conf.set(key, value)
     return session
+
+
+@contextmanager
+def _working_directory(directory: Path | None) -> Iterator[None]:
+    """This process in ``directory`` for the duration (if given), then back: the
+    driver's JVM, started meanwhile, keeps it as its working directory.
+
+    The session builder starts that JVM and names no working directory (only
+    ``pyspark.java_gateway.launch_gateway``, which the builder calls itself, takes
+    one). Nothing else of this process resolves a relative path meanwhile: the
+    settings' paths are absolute.
+    """
+    if directory is None:
+        yield
+        return
+    before = Path.cwd()
+    os.chdir(directory)
+    try:
+        yield
+    finally:
+        os.chdir(before)
 
 
 @contextmanager

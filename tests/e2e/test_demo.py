@@ -54,10 +54,13 @@ def demo(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], dict[str, in
         "LAMBDALINE_DEMO_TRAFFIC": "0.02",
     }
     output = tmp_path / "demo.out"
+    started_in = tmp_path / "started-in"
+    started_in.mkdir()
     with output.open("wb") as sink:
         process = subprocess.Popen(
             [sys.executable, "-m", "lambdaline.cli", "demo", "--port", str(ports["api"])],
             env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
+            cwd=started_in,
         )  # fmt: skip
     try:
         yield process, ports, output
@@ -72,7 +75,7 @@ def demo(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], dict[str, in
 
 
 def test_demo_serves_merged_rows_and_ctrl_c_leaves_nothing_behind(
-    demo: tuple[subprocess.Popen[bytes], dict[str, int], Path],
+    demo: tuple[subprocess.Popen[bytes], dict[str, int], Path], tmp_path: Path
 ) -> None:
     process, ports, output = demo
     api = httpx.Client(
@@ -119,6 +122,8 @@ def test_demo_serves_merged_rows_and_ctrl_c_leaves_nothing_behind(
     for name, port in ports.items():
         assert not port_open("127.0.0.1", port), f"{name} port {port} is still open"
     assert "stopped kafka" in output.read_text()
+    # every process it ran kept its files under the state directory, none where it started
+    assert list((tmp_path / "started-in").iterdir()) == []
 
 
 def test_a_broker_that_dies_ends_the_demo_at_once_naming_it(

@@ -12,7 +12,7 @@ from shared.settings import Settings, SettingsError, duration_label, get_setting
 
 def test_defaults_are_those_of_the_design() -> None:
     settings = Settings()
-    assert settings.state_dir == Path(".lambdaline")
+    assert settings.state_dir == Path.cwd() / ".lambdaline"
     assert settings.kafka_bootstrap == "127.0.0.1:9092"
     assert settings.window == timedelta(minutes=5)
     assert settings.max_trip == timedelta(hours=1)
@@ -147,6 +147,28 @@ def test_a_file_where_a_directory_setting_points_is_named(tmp_path: Path) -> Non
         Settings(state_dir=in_the_way)
     with pytest.raises(ValidationError, match="batch_store_dir"):
         Settings(state_dir=tmp_path, batch_store_dir=in_the_way)
+
+
+def test_directories_are_made_absolute_where_the_settings_are_read(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # a local Spark driver runs in a directory of its own: it must get no relative path
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LAMBDALINE_STATE_DIR", "state")
+    monkeypatch.setenv("LAMBDALINE_BATCH_STORE_DIR", "../published")
+    monkeypatch.setenv("LAMBDALINE_JVM_CACHE_DIR", "jars")
+    settings = get_settings()
+    assert settings.state_dir == tmp_path / "state"
+    assert settings.checkpoints_dir == tmp_path / "state" / "checkpoints"
+    assert settings.master_location == f"{tmp_path}/state/master"
+    assert settings.batch_store == tmp_path / ".." / "published"
+    assert settings.jvm_cache_dir == tmp_path / "jars"
+
+    monkeypatch.setenv("LAMBDALINE_MASTER_DIR", "lake/master/")
+    assert get_settings.__wrapped__().master_location == f"{tmp_path}/lake/master"
+    for url in ("hdfs://namenode:8020/lambdaline/master", "s3a://lake/master", "file:/x"):
+        monkeypatch.setenv("LAMBDALINE_MASTER_DIR", url)
+        assert get_settings.__wrapped__().master_location == url
 
 
 def test_a_window_must_divide_a_day() -> None:

@@ -40,3 +40,19 @@ def test_a_local_driver_logs_without_the_warnings_that_ask_nothing(spark: SparkS
     # its other warnings show (the test session's root logger is at ERROR)
     state_store = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
     assert str(logs.getLogger(state_store).getLevel()) == "WARN"
+
+
+def test_a_local_driver_runs_in_its_scratch_directory_and_this_process_where_it_was(
+    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    driver = Path(f"/proc/{jvm.java.lang.ProcessHandle.current().pid()}/cwd").resolve()
+    assert driver.name == "spark-local"
+    assert driver.is_relative_to(tmp_path_factory.getbasetemp())
+    # where Spark 4.0.0 makes its `artifacts` directory (SPARK-52396): not where the
+    # command was started from
+    manager = getattr(getattr(jvm.org.apache.spark.sql.artifact, "ArtifactManager$"), "MODULE$")
+    artifacts = Path(str(manager.artifactRootDirectory()))
+    assert artifacts.resolve().is_relative_to(driver)
+    assert Path.cwd() != driver
