@@ -192,11 +192,13 @@ def security_properties(settings: Settings, paths: BrokerPaths) -> dict[str, str
     if settings.kafka_uses_tls:
         # the broker is its own inter-broker client, and checks at start that it
         # trusts itself; with a client certificate in the settings it asks every
-        # client for one, and trusts that one
+        # client for one, and trusts that one. Prefixed by the listener: Kafka
+        # applies an unprefixed ssl.client.auth to SSL listeners only, and a
+        # SASL_SSL one would let a client without a certificate in (KIP-684)
         trusted = [paths.certificate.read_text()]
         if settings.kafka_ssl_certfile is not None:
             trusted.append(settings.kafka_ssl_certfile.read_text())
-            properties["ssl.client.auth"] = "required"
+            properties[f"listener.name.{listener}.ssl.client.auth"] = "required"
         properties |= {
             "ssl.keystore.type": "PKCS12",
             "ssl.keystore.location": str(paths.keystore.resolve()),

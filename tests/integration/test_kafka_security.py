@@ -1,9 +1,15 @@
-"""Both layers' Kafka clients on a cluster that asks for TLS and a SASL password.
+"""Both layers' Kafka clients on a cluster that asks for TLS, a SASL password and
+a client certificate.
 
 The broker is the embedded one, listening with SASL_SSL (PLAIN) and a
-certificate of its own. Its password holds a quote, a backslash and a letter
-outside ASCII: each would be read back changed by one layer of quoting (the
-JAAS line, Java's properties file, its ISO-8859-1 reading).
+certificate of its own, asking for client certificates (on SASL_SSL only the
+listener-prefixed ``ssl.client.auth`` does that); it trusts the client
+certificate of the settings. Its password holds a quote, a backslash and a
+letter outside ASCII: each would be read back changed by one layer of quoting
+(the JAAS line, Java's properties file, its ISO-8859-1 reading). The client's
+key is encrypted by PBES2, which Java 17 cannot decrypt itself. One broker
+carries all three, so that the suite starts one secured broker and runs the
+speed job on it once.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from lambdaline import kafka_broker
 from lambdaline.topics import create_topics
 from shared.kafka_admin import KafkaUnreachableError, require_kafka
 from shared.settings import Settings
+from tests.certificates import client_certificate
 from tests.integration.conftest import broker_settings
 from tests.integration.helpers import (
     environment_of,
@@ -32,6 +39,7 @@ from tests.integration.helpers import (
 pytestmark = pytest.mark.integration
 
 PASSWORD = 'p"a\\ss wörd'
+KEY_PASSWORD = "key pässword"
 
 
 def secured_settings(state_dir: Path, **overrides: object) -> Settings:
@@ -50,11 +58,15 @@ def secured_settings(state_dir: Path, **overrides: object) -> Settings:
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
-    """A running SASL_SSL broker with lambdaline's topics; its clients trust its certificate."""
+    """A running SASL_SSL broker that asks for client certificates, with lambdaline's
+    topics; its clients trust its certificate and present theirs."""
+    folder = tmp_path_factory.mktemp("kafka-secured")
+    client = client_certificate(folder / "client", password=KEY_PASSWORD)
     with kafka_broker.ephemeral_broker(
-        tmp_path_factory.mktemp("kafka-sasl-ssl"), kafka_heap="512m",
+        folder / "state", kafka_heap="512m",
         kafka_security_protocol="SASL_SSL", kafka_sasl_username="lambdaline-tests",
-        kafka_sasl_password=PASSWORD,
+        kafka_sasl_password=PASSWORD, kafka_ssl_certfile=client.certfile,
+        kafka_ssl_keyfile=client.keyfile, kafka_ssl_key_password=KEY_PASSWORD,
     ) as settings:  # fmt: skip
         create_topics(settings)
         yield settings
@@ -79,10 +91,14 @@ def test_a_tls_broker_is_refused_until_clients_trust_its_certificate(tmp_path: P
         kafka_broker.start(settings.model_copy(update={"kafka_ssl_cafile": elsewhere}))
 
 
-def test_the_speed_layer_runs_on_a_sasl_ssl_cluster(secured: Settings, tmp_path: Path) -> None:
-    # two producer processes, each given the settings (and so the password) by pickle
+def test_the_speed_layer_runs_with_a_password_and_a_client_certificate(
+    secured: Settings, tmp_path: Path
+) -> None:
+    # two producer processes, each given the settings (and so the passwords) by pickle;
+    # Spark's source and sink log in with the JAAS line and present the certificate
+    # from their PEM key store, its key decrypted on the driver
     output = speed_job_counts_100_entries(isolated_settings(secured, tmp_path), workers=2)
-    assert "wörd" not in output  # the password is never shown
+    assert "wörd" not in output and "pässword" not in output  # no password is shown
 
 
 def test_the_files_holding_passwords_are_their_owners_alone(secured: Settings) -> None:
@@ -137,6 +153,34 @@ def test_an_untrusted_certificate_and_another_protocol_are_named(secured: Settin
         f"kafka_security_protocol is PLAINTEXT: check that the cluster's listener at "
         f"{secured.kafka_bootstrap} speaks it (and LAMBDALINE_KAFKA_SASL_MECHANISM, with SASL)"
     )
+
+
+def test_a_missing_or_untrusted_client_certificate_is_named(
+    secured: Settings, tmp_path: Path
+) -> None:
+    without = secured.model_copy(
+        update={
+            "kafka_ssl_certfile": None, "kafka_ssl_keyfile": None,
+            "kafka_ssl_key_password": None, "kafka_timeout": timedelta(seconds=3),
+        }
+    )  # fmt: skip
+    with pytest.raises(KafkaUnreachableError) as missing:
+        require_kafka(without)
+    assert str(missing.value).endswith(
+        "the cluster asks for a client certificate: set LAMBDALINE_KAFKA_SSL_CERTFILE and "
+        "LAMBDALINE_KAFKA_SSL_KEYFILE (none is set)"
+    ), missing.value
+
+    stranger = client_certificate(tmp_path, name="stranger")
+    untrusted = without.model_copy(
+        update={"kafka_ssl_certfile": stranger.certfile, "kafka_ssl_keyfile": stranger.keyfile}
+    )
+    with pytest.raises(KafkaUnreachableError) as refused:
+        require_kafka(untrusted)
+    assert str(refused.value).endswith(
+        f"the cluster does not accept the client certificate in {stranger.certfile}: check "
+        "that its CA signed it"
+    ), refused.value
 
 
 def _no_sasl() -> dict[str, object]:
