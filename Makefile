@@ -39,8 +39,8 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test: setup lint
-	$(BIN)/pytest
+test: setup lint  # the 15 slowest tests are listed, to keep the suite's time in view
+	$(BIN)/pytest --durations=15
 
 test-unit: $(STAMP)
 	$(BIN)/pytest -m "not integration and not e2e"

@@ -37,7 +37,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import chdir, contextmanager, nullcontext
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -109,34 +109,17 @@ def spark_session(
     }
     for key, value in sql_settings.items():
         builder = builder.config(key, value)
-    # read when the driver's JVM starts, which inherits both (if it is not running yet)
-    with _environment(launch_environment), _working_directory(driver_directory):
+    # the driver's JVM, if it starts now, inherits both. pyspark's builder names no
+    # working directory for it (only launch_gateway, which the builder calls, takes
+    # one), so this process moves there meanwhile; nothing in it resolves a relative
+    # path then: the settings' paths are absolute
+    moved = chdir(driver_directory) if driver_directory else nullcontext()
+    with _environment(launch_environment), moved:
         session = builder.getOrCreate()
     for key, value in sql_settings.items():  # the session may have existed already
         if key.startswith("spark.sql."):
             session.conf.set(key, value)
     return session
-
-
-@contextmanager
-def _working_directory(directory: Path | None) -> Iterator[None]:
-    """This process in ``directory`` for the duration (if given), then back: the
-    driver's JVM, started meanwhile, keeps it as its working directory.
-
-    The session builder starts that JVM and names no working directory (only
-    ``pyspark.java_gateway.launch_gateway``, which the builder calls itself, takes
-    one). Nothing else of this process resolves a relative path meanwhile: the
-    settings' paths are absolute.
-    """
-    if directory is None:
-        yield
-        return
-    before = Path.cwd()
-    os.chdir(directory)
-    try:
-        yield
-    finally:
-        os.chdir(before)
 
 
 @contextmanager
