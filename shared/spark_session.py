@@ -1,7 +1,8 @@
 """The SparkSession both layers run in, configured from settings.
 
 Local runs get ``spark_master`` (default ``local[*]``), a capped driver heap, the
-Kafka connector jars and few shuffle partitions. Under ``spark-submit`` the
+Kafka connector jars and few shuffle partitions; a ``local`` driver listens on the
+loopback only. Under ``spark-submit`` the
 master, memory and jars come from the submit command (see deploy/spark/); only
 the SQL settings the views depend on (UTC session time zone, shuffle partitions,
 Parquet timestamp type) are applied.
@@ -78,6 +79,11 @@ def spark_session(
             # whatever `python3` is first on the PATH; pyspark reads only the
             # environment variable for that. A cluster sets its own.
             os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+            if "SPARK_LOCAL_IP" not in os.environ:
+                # a local driver serves its blocks and RPC to itself alone: on the
+                # loopback, not on the host's first interface (which Spark picks, with
+                # a warning on every start, when the host name resolves to loopback)
+                launch_environment["SPARK_LOCAL_IP"] = "127.0.0.1"
         jars = ",".join(str(jar) for jar in spark_kafka_jars(settings))
         builder = (
             builder.master(settings.spark_master)

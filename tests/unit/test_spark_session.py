@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -56,3 +58,11 @@ def test_a_local_driver_runs_in_its_scratch_directory_and_this_process_where_it_
     artifacts = Path(str(manager.artifactRootDirectory()))
     assert artifacts.resolve().is_relative_to(driver)
     assert Path.cwd() != driver
+
+
+def test_a_local_driver_listens_on_the_loopback_only(spark: SparkSession) -> None:
+    if "SPARK_LOCAL_IP" in os.environ:
+        pytest.skip("SPARK_LOCAL_IP is set in this shell, and it wins")
+    host = spark.conf.get("spark.driver.host")
+    assert host is not None and ipaddress.ip_address(socket.gethostbyname(host)).is_loopback, host
+    assert "SPARK_LOCAL_IP" not in os.environ  # set only while the JVM started
