@@ -21,7 +21,8 @@ state directory (``make clean``; a test's temporary directory). Set
 ``spark.local.dir`` in ``spark_conf``, or ``SPARK_LOCAL_DIRS``, to put it elsewhere.
 Its JVM also *runs* in ``<state_dir>/spark-local``: Spark 4.0.0 makes an
 ``artifacts`` directory in the driver's working directory (SPARK-52396, fixed
-in 4.0.1, which the connector pins out of reach), which would otherwise be left
+in 4.0.1, out of reach while the connector's jars for it are not on Maven
+Central as this project reaches it: docs/architecture.md), which would otherwise be left
 in whatever directory a command was started from, and fail where that one is
 not writable. So every path lambdaline gives Spark is absolute (the settings'
 directories are made so), and a relative path in ``spark_conf`` names a place
