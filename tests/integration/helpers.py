@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import uuid
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from lambdaline.generator import GeneratorConfig, send_to_kafka
 from lambdaline.topics import create_topics
 from shared.kafka_admin import kafka_consumer, kafka_producer
 from shared.kafka_security import security_environment
@@ -161,23 +158,3 @@ def close_the_day(settings: Settings) -> None:
             )
         ],
     )
-
-
-def speed_job_counts_100_entries(settings: Settings, workers: int = 1) -> str:
-    """Send 100 valid entries (``workers`` producer processes), run ``speed run
-    --available-now`` in a process of its own and check that booth_stats counts
-    them all, so Spark's source and sink both reached the cluster. Returns the
-    job's output."""
-    wave = GeneratorConfig(
-        events=100, seed=5, plates=40, late=0.0, duplicate=0.0, malformed=0.0,
-        start=datetime(2026, 1, 6, 6, tzinfo=UTC),
-    )  # fmt: skip
-    assert send_to_kafka(wave, settings, workers=workers).by_kind["entry"] == 100
-    job = subprocess.run(
-        [sys.executable, "-m", "lambdaline.cli", "speed", "run", "--available-now"],
-        env=environment_of(settings), capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
-    counted = speed_view(settings, "booth_stats").values()
-    assert sum(int(row["vehicle_count"]) for row in counted) == 100
-    return job.stdout + job.stderr

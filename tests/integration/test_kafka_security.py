@@ -19,22 +19,19 @@ import ssl
 import subprocess
 import sys
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from lambdaline import kafka_broker
+from lambdaline.generator import GeneratorConfig, send_to_kafka
 from lambdaline.topics import create_topics
 from shared.kafka_admin import KafkaUnreachableError, require_kafka
 from shared.settings import Settings
 from tests.certificates import client_certificate
 from tests.integration.conftest import broker_settings
-from tests.integration.helpers import (
-    environment_of,
-    isolated_settings,
-    speed_job_counts_100_entries,
-)
+from tests.integration.helpers import environment_of, isolated_settings, speed_view
 
 pytestmark = pytest.mark.integration
 
@@ -94,10 +91,24 @@ def test_a_tls_broker_is_refused_until_clients_trust_its_certificate(tmp_path: P
 def test_the_speed_layer_runs_with_a_password_and_a_client_certificate(
     secured: Settings, tmp_path: Path
 ) -> None:
-    # two producer processes, each given the settings (and so the passwords) by pickle;
+    settings = isolated_settings(secured, tmp_path)
+    wave = GeneratorConfig(
+        events=100, seed=5, plates=40, late=0.0, duplicate=0.0, malformed=0.0,
+        start=datetime(2026, 1, 6, 6, tzinfo=UTC),
+    )  # fmt: skip
+    # two producer processes, each given the settings (and so the passwords) by pickle
+    assert send_to_kafka(wave, settings, workers=2).by_kind["entry"] == 100
+
     # Spark's source and sink log in with the JAAS line and present the certificate
     # from their PEM key store, its key decrypted on the driver
-    output = speed_job_counts_100_entries(isolated_settings(secured, tmp_path), workers=2)
+    job = subprocess.run(
+        [sys.executable, "-m", "lambdaline.cli", "speed", "run", "--available-now"],
+        env=environment_of(settings), capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
+    counted = speed_view(settings, "booth_stats").values()
+    assert sum(int(row["vehicle_count"]) for row in counted) == 100
+    output = job.stdout + job.stderr
     assert "wörd" not in output and "pässword" not in output  # no password is shown
 
 
