@@ -35,6 +35,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from shared.events import EVENT_TYPES, EventType
+from shared.failpoints import failpoint
 from shared.logs import log_event
 from shared.settings import Settings
 from shared.streaming import (
@@ -220,6 +221,7 @@ def _ingest_batch(
             dead = _count_rows(spark, location, MASTER_DEAD_LETTER_SCHEMA, batch_id)
         finally:
             classified.unpersist()
+        failpoint("ingest_before_commit")
         ingested = IngestedBatch(batch_id, records, dead)
         log_event(
             logger, "batch_ingest_batch", batch_id=batch_id, records=records, dead_letters=dead

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -31,26 +30,15 @@ from shared.batch_store import (
     read_current,
     version_file,
 )
+from shared.failpoints import failpoint
 from shared.locks import LockHeldError, exclusive_lock
 from shared.logs import log_event
-from shared.settings import FAILPOINT_ENV
 
 logger = logging.getLogger("lambdaline.batch")
 
 
 class BatchStoreError(Exception):
     """The batch store cannot do what was asked; the message says why."""
-
-
-def _failpoint(name: str) -> None:
-    """Test hook: wait here to be killed when ``$LAMBDALINE_FAILPOINT`` names this point.
-
-    The points, in :func:`publish_version`: ``publish_tables``, ``publish_before_pointer``.
-    """
-    if os.environ.get(FAILPOINT_ENV) == name:
-        log_event(logger, "failpoint_reached", failpoint=name, pid=os.getpid())
-        while True:  # wait here for the test to kill -9 this process
-            time.sleep(1)
 
 
 def _fsync_path(path: Path) -> None:
@@ -195,7 +183,7 @@ def publish_version(
             )
         for table in STORE_TABLES:
             _copy_table(connection, table.name, fresh[table.name], previous is not None)
-            _failpoint("publish_tables")
+            failpoint("publish_tables")
         counts = {table.name: _count(connection, table.name) for table in STORE_TABLES}
         held_dates = sorted(set(previous.dates if previous else ()) | set(recomputed_dates))
         manifest = BatchVersion(
@@ -216,7 +204,7 @@ def publish_version(
     final = version_file(store, number)
     temporary.replace(final)
     _fsync_path(versions)
-    _failpoint("publish_before_pointer")
+    failpoint("publish_before_pointer")
 
     _replace_atomically(store / POINTER_FILE, manifest.to_json())
     log_event(logger, "batch_published", version=number, horizon=horizon.isoformat())

@@ -486,7 +486,7 @@ CONFIG_ENV = "LAMBDALINE_CONFIG"
 """Names the settings file; not a setting itself."""
 
 FAILPOINT_ENV = "LAMBDALINE_FAILPOINT"
-"""Names a point where the batch publish stops for a test to kill it; not a setting."""
+"""Names where a batch run stops for a test to kill it (:mod:`shared.failpoints`); not a setting."""
 
 NOT_SETTINGS = frozenset({CONFIG_ENV, FAILPOINT_ENV})
 """``LAMBDALINE_*`` variables that are read elsewhere, not by :class:`Settings`."""

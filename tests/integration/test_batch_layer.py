@@ -33,9 +33,18 @@ import pytest
 from pyspark.sql import SparkSession
 from rich.console import Console
 
+from batch_layer.master import (
+    EVENT_DATE,
+    events_location,
+    last_ingest_batch,
+    partitions,
+    read_dead_letters,
+    read_events,
+)
 from batch_layer.publish import rollback
 from batch_layer.run import RunReport, run_batch
 from shared.batch_store import STORE_TABLE_BY_NAME, STORE_TABLES, read_current, version_file
+from shared.events import EVENT_TYPES, TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION
 from shared.settings import Settings
 from tests.integration.helpers import (
     entry_value,
@@ -49,6 +58,7 @@ from tests.integration.helpers import (
 pytestmark = pytest.mark.integration
 
 D = date(2026, 1, 5)
+ALL_DAYS = [date(2026, 1, day) for day in range(1, 8)]  # every date the input touches
 
 REGISTRATIONS = [
     (b"P1", registration_value("r1", "R-1", "P1", False, "2026-01-02T09:00:00.000Z"), "2026-01-02T09:00:00.100Z"),
@@ -307,19 +317,11 @@ def test_rollback_moves_the_pointer_back(first_run: Settings, spark: SparkSessio
     rollback(first_run.batch_store, newer.version.version)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("failpoint", ["publish_tables", "publish_before_pointer"])
-def test_kill_9_during_publish_leaves_current_untouched(
-    first_run: Settings, spark: SparkSession, failpoint: str
-) -> None:
-    pointer = first_run.batch_store / "CURRENT"
-    before = pointer.read_bytes()
-    served = read_current(first_run.batch_store)
-    assert served is not None
-
+def kill_at_failpoint(settings: Settings, failpoint: str) -> None:
+    """Start ``lambdaline batch run`` for D, wait for it at ``failpoint``, then kill -9 it."""
     run = subprocess.Popen(
         [sys.executable, "-m", "lambdaline.cli", "batch", "run", "--date", D.isoformat()],
-        env={**environment_of(first_run), "LAMBDALINE_FAILPOINT": failpoint},
+        env={**environment_of(settings), "LAMBDALINE_FAILPOINT": failpoint},
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
         start_new_session=True,  # its own process group: the Python driver and its JVM
     )  # fmt: skip
@@ -336,6 +338,19 @@ def test_kill_9_during_publish_leaves_current_untouched(
         os.killpg(run.pid, signal.SIGKILL)
         run.wait(timeout=30)
 
+
+@pytest.mark.slow
+@pytest.mark.parametrize("failpoint", ["publish_tables", "publish_before_pointer"])
+def test_kill_9_during_publish_leaves_current_untouched(
+    first_run: Settings, spark: SparkSession, failpoint: str
+) -> None:
+    pointer = first_run.batch_store / "CURRENT"
+    before = pointer.read_bytes()
+    served = read_current(first_run.batch_store)
+    assert served is not None
+
+    kill_at_failpoint(first_run, failpoint)
+
     assert pointer.read_bytes() == before
     assert read_current(first_run.batch_store) == served
     assert rows(first_run, "booth_stats", served.version) == rows(first_run, "booth_stats")
@@ -346,3 +361,34 @@ def test_kill_9_during_publish_leaves_current_untouched(
     assert current is not None and current.version == after.version.version
     assert all_tables(first_run, current.version) == all_tables(first_run, served.version)
     assert not list((first_run.batch_store / "versions").glob(".*tmp*"))
+
+
+@pytest.mark.slow
+def test_kill_9_between_an_ingest_write_and_its_commit_loses_and_doubles_nothing(
+    kafka: Settings, spark: SparkSession, tmp_path: Path
+) -> None:
+    settings = isolated_settings(kafka, tmp_path)
+    send_days(settings)
+    kill_at_failpoint(settings, "ingest_before_commit")
+
+    # micro-batch 0 wrote its partitions of the master dataset; Spark never committed it
+    assert last_ingest_batch(spark, settings) is None
+    written = partitions(spark, events_location(settings, TOLL_ENTRY), EVENT_DATE)
+    assert {batch_id for _, batch_id in written} == {0}
+    assert read_current(settings.batch_store) is None
+
+    report = batch(spark, settings, D)  # replays micro-batch 0 over its own partitions
+    assert report.records_ingested == len(ENTRIES + MALFORMED + EXITS + REGISTRATIONS)
+    master = {
+        event_type.name: read_events(spark, settings, event_type, ALL_DAYS).count()
+        for event_type in EVENT_TYPES
+    }
+    assert master == {
+        TOLL_ENTRY.name: len(ENTRIES), TOLL_EXIT.name: len(EXITS),
+        VEHICLE_REGISTRATION.name: len(REGISTRATIONS),
+    }  # fmt: skip
+    assert read_dead_letters(spark, settings, ALL_DAYS).count() == len(MALFORMED)
+    assert rows(settings, "booth_stats") == BOOTH_STATS
+    assert rows(settings, "vehicle_trips") == VEHICLE_TRIPS
+    assert rows(settings, "expired_registrations") == EXPIRED_REGISTRATIONS
+    assert rows(settings, "diagnostics") == DIAGNOSTICS

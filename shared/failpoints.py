@@ -1,0 +1,36 @@
+"""Test hooks: named points where a batch run waits to be killed with ``kill -9``.
+
+A test sets ``$LAMBDALINE_FAILPOINT`` to one point's name, starts the run in a
+process group of its own, waits for the ``failpoint_reached`` log line and
+kills the group. The points:
+
+- ``ingest_before_commit``: an ingest micro-batch has written its partitions
+  of the master dataset, and Spark has not yet committed it
+  (:mod:`batch_layer.master`).
+- ``publish_tables``: the new version's tables are being written
+  (:mod:`batch_layer.publish`).
+- ``publish_before_pointer``: the version file is in place, ``CURRENT`` not
+  yet replaced.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+from shared.logs import log_event
+from shared.settings import FAILPOINT_ENV
+
+logger = logging.getLogger("lambdaline.failpoints")
+
+FAILPOINTS = frozenset({"ingest_before_commit", "publish_tables", "publish_before_pointer"})
+
+
+def failpoint(name: str) -> None:
+    """Wait here for good, after saying so, when ``$LAMBDALINE_FAILPOINT`` names this point."""
+    assert name in FAILPOINTS, f"unknown failpoint {name}"
+    if os.environ.get(FAILPOINT_ENV) == name:
+        log_event(logger, "failpoint_reached", failpoint=name, pid=os.getpid())
+        while True:  # wait here for the test to kill -9 this process
+            time.sleep(1)
