@@ -90,6 +90,8 @@ def summary_table(report: RunReport) -> Table:
         f"{dates[0]} .. {dates[-1]} ({len(dates)} dates)"
     )  # fmt: skip
     table.add_row("dates recomputed", shown or "none")
+    if report.views_changed:
+        table.add_row("  because", "the view settings changed: every date")
     for name, count in report.version.row_counts.items():
         table.add_row(f"rows: {name}", f"{count:,}")
     table.add_row("horizon", format_instant(report.version.horizon))
@@ -151,6 +153,7 @@ def _version_document(listed: ListedVersion) -> dict[str, Any]:
         "created_at": format_instant(manifest.created_at),
         "dates": len(manifest.dates),
         "row_counts": manifest.row_counts,
+        "view_settings": manifest.view_settings,
         "current": listed.current,
     }
 

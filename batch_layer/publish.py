@@ -27,6 +27,7 @@ from shared.batch_store import (
     STORE_TABLES,
     VERSIONS_DIR,
     BatchVersion,
+    describe_view_settings,
     read_current,
     version_file,
 )
@@ -150,18 +151,32 @@ def publish_version(
     horizon: datetime,
     ingest_batch: int | None,
     keep_versions: int,
+    *,
+    view_settings: dict[str, str],
 ) -> BatchVersion:
     """Publish a new version: the served one with ``recomputed_dates`` replaced by ``fresh``.
 
     ``fresh`` holds every table of :data:`STORE_TABLES` (rows of the recomputed
-    dates only). The horizon never moves backward: it is the later of the
-    served one and ``horizon``.
+    dates only), computed under ``view_settings``. The horizon never moves
+    backward: it is the later of the served one and ``horizon``. Raises
+    :class:`BatchStoreError`, before writing anything, if rows of the served
+    version computed under other view settings would be kept.
     """
+    previous = read_current(store)
+    if previous is not None and previous.view_settings != view_settings:
+        kept = sorted(set(previous.dates) - set(recomputed_dates))
+        if kept:
+            raise BatchStoreError(
+                f"version {previous.version} was computed with view settings "
+                f"{describe_view_settings(previous.view_settings)}, this one with "
+                f"{describe_view_settings(view_settings)}: its rows of "
+                f"{', '.join(day.isoformat() for day in kept)} cannot be kept beside the new "
+                "ones; recompute those dates too"
+            )
     versions = store / VERSIONS_DIR
     versions.mkdir(parents=True, exist_ok=True)
     for leftover in versions.glob(".*.tmp*"):
         leftover.unlink()  # from a run killed while publishing
-    previous = read_current(store)
     number = max([0, *_version_numbers(store), previous.version if previous else 0]) + 1
     if previous is not None:
         horizon = max(horizon, previous.horizon)
@@ -194,6 +209,7 @@ def publish_version(
             recomputed_dates=tuple(recomputed_dates),
             row_counts=counts,
             ingest_batch=ingest_batch,
+            view_settings=view_settings,
         )
         connection.execute(f"CREATE TABLE {MANIFEST_TABLE} (manifest VARCHAR NOT NULL)")
         connection.execute(f"INSERT INTO {MANIFEST_TABLE} VALUES (?)", [manifest.to_json()])

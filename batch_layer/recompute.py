@@ -79,6 +79,7 @@ def dates_to_recompute(
     published_ingest_batch: int | None,
     lookback_days: int,
     max_trip: timedelta,
+    views_changed: bool = False,
 ) -> list[date]:
     """The event dates <= run_date whose rows the next version must recompute.
 
@@ -86,11 +87,21 @@ def dates_to_recompute(
     hold it yet (on or after its horizon, or nothing published), (b) this or an
     earlier unpublished ingest added records that change it (late data), or
     (c) it lies in the lookback (the ``lookback_days`` days ending on run_date).
+    If ``views_changed`` (the published rows were computed under other view
+    settings), every date with data is recomputed: those <= run_date and those
+    the published version holds (below its horizon).
 
     Records change these dates: an entry its own date; an exit its date and the
     ``max_trip`` days before (the trips it may end); a registration its date
     and every later date (it applies to later entries); a dead letter its date.
     """
+    if views_changed:
+        last = (
+            run_date
+            if published_horizon is None
+            else max(run_date, published_horizon - timedelta(days=1))
+        )
+        return sorted(day for day in inventory.dates() if day <= last)
     with_data = {day for day in inventory.dates() if day <= run_date}
     new = {day for day in with_data if published_horizon is None or day >= published_horizon}
 

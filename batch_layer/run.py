@@ -83,6 +83,8 @@ class RunReport:
     records_ingested: int = 0
     dead_letters_ingested: int = 0
     recomputed_dates: list[date] = field(default_factory=list)
+    views_changed: bool = False
+    """The published version's rows were computed under other view settings."""
     seconds: dict[str, float] = field(default_factory=dict)
     cpu_seconds: dict[str, float] = field(default_factory=dict)
     """Per step, when the caller passed a ``cpu_clock`` (a benchmark does)."""
@@ -170,6 +172,15 @@ def run_batch(
         # recompute: the dates this version must replace, by the shared views
         with _step(report, "recompute", progress, "recompute views", cpu_clock) as task:
             published = read_current(store)
+            report.views_changed = (
+                published is not None and published.view_settings != settings.view_settings
+            )
+            if report.views_changed:
+                assert published is not None
+                log_event(
+                    logger, "batch_view_settings_changed", published_version=published.version,
+                    published=published.view_settings, now=settings.view_settings,
+                )  # fmt: skip
             inventory = read_inventory(spark, settings)
             dates = dates_to_recompute(
                 run_date=run_date,
@@ -178,6 +189,7 @@ def run_batch(
                 published_ingest_batch=published.ingest_batch if published else None,
                 lookback_days=lookback_days,
                 max_trip=settings.max_trip,
+                views_changed=report.views_changed,
             )
             report.recomputed_dates = dates
             progress.update(task, description=f"recompute {len(dates)} dates")
@@ -198,6 +210,7 @@ def run_batch(
                 horizon_after(run_date),
                 ingest_batch,
                 settings.batch_keep_versions,
+                view_settings=settings.view_settings,
             )
     report.seconds["total"] = round(time.monotonic() - started, 3)
     if cpu_clock is not None:

@@ -103,7 +103,10 @@ def populate(store: Path) -> None:
     )
     dates = [FIRST_DAY + timedelta(days=n) for n in range(DAYS)]
     horizon = datetime.combine(dates[-1] + timedelta(days=1), datetime.min.time(), UTC)
-    publish_version(store, fresh, dates, horizon, ingest_batch=None, keep_versions=5)
+    publish_version(
+        store, fresh, dates, horizon, ingest_batch=None, keep_versions=5,
+        view_settings={"window": "5m", "max_trip": "1h"},  # the rows above: 5-min windows
+    )  # fmt: skip
 
 
 def booth_day_request(booth: int, day_number: int) -> tuple[str, dict[str, str]]:

@@ -125,6 +125,8 @@ class BatchVersion:
     ``horizon`` is the published time boundary: the version holds every event
     date before it. ``ingest_batch`` is the last master-dataset ingest batch the
     version has seen; records ingested after it mark their dates for recompute.
+    ``view_settings`` are the settings its rows were computed under
+    (``Settings.view_settings``); None in versions published before 2026-11-25.
     """
 
     version: int
@@ -134,6 +136,7 @@ class BatchVersion:
     recomputed_dates: tuple[date, ...]
     row_counts: dict[str, int]
     ingest_batch: int | None
+    view_settings: dict[str, str] | None = None
     path: str = field(default="")
 
     def __post_init__(self) -> None:
@@ -150,6 +153,7 @@ class BatchVersion:
             "recomputed_dates": [day.isoformat() for day in self.recomputed_dates],
             "row_counts": self.row_counts,
             "ingest_batch": self.ingest_batch,
+            "view_settings": self.view_settings,
         }
         return json.dumps(document, indent=2, sort_keys=True) + "\n"
 
@@ -165,7 +169,15 @@ class BatchVersion:
             recomputed_dates=tuple(date.fromisoformat(day) for day in document["recomputed_dates"]),
             row_counts={str(name): int(count) for name, count in document["row_counts"].items()},
             ingest_batch=document["ingest_batch"],
+            view_settings=document.get("view_settings"),
         )
+
+
+def describe_view_settings(view_settings: dict[str, str] | None) -> str:
+    """``max_trip=1h, window=5m``, or what None means in a manifest."""
+    if view_settings is None:
+        return "not recorded (published before 2026-11-25)"
+    return ", ".join(f"{name}={value}" for name, value in sorted(view_settings.items()))
 
 
 def version_path(version: int) -> str:

@@ -455,6 +455,16 @@ class Settings(BaseSettings):
         return self.bootstrap_servers[0][1]
 
     @property
+    def view_settings(self) -> dict[str, str]:
+        """The settings that shape the views' rows, as ``duration_label`` text.
+
+        Rows computed under other values cannot stand beside these: a batch run
+        recomputes every date when they differ from the published version's,
+        and the speed job refuses a checkpoint made under others.
+        """
+        return {"window": duration_label(self.window), "max_trip": duration_label(self.max_trip)}
+
+    @property
     def kafka_dir(self) -> Path:
         return self.state_dir / "kafka"
 

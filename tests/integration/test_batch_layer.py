@@ -23,7 +23,7 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -271,6 +271,32 @@ def test_late_data_is_recomputed_and_a_rerun_changes_only_the_version(
     assert all_tables(settings, third.version.version) == all_tables(
         settings, second.version.version
     )
+
+
+def test_a_changed_window_recomputes_every_date_of_the_next_version(
+    kafka: Settings, spark: SparkSession, tmp_path: Path
+) -> None:
+    settings = isolated_settings(kafka, tmp_path)
+    send_days(settings)
+    batch(spark, settings, D, lookback=0)  # 5-minute windows
+
+    ten_minutes = settings.model_copy(update={"window": timedelta(minutes=10)})
+    report = batch(spark, ten_minutes, D, lookback=0)  # no new data, no lookback
+    assert report.views_changed
+    assert report.recomputed_dates == [date(2026, 1, 2), date(2026, 1, 3), date(2026, 1, 4), D]
+    assert rows(settings, "booth_stats") == [
+        {"booth_id": "b1", "window_start": t("2026-01-04T10:00"), "window_end": t("2026-01-04T10:10"),
+         "vehicle_count": 2, "total_toll": Decimal("6.50"),
+         "first_entry_time": t("2026-01-04T10:00:10"), "last_entry_time": t("2026-01-04T10:03")},
+        {"booth_id": "b1", "window_start": t("2026-01-04T23:50"), "window_end": t("2026-01-05T00:00"),
+         "vehicle_count": 1, "total_toll": Decimal("5.75"),
+         "first_entry_time": t("2026-01-04T23:50"), "last_entry_time": t("2026-01-04T23:50")},
+        {"booth_id": "b2", "window_start": t("2026-01-05T13:00"), "window_end": t("2026-01-05T13:10"),
+         "vehicle_count": 1, "total_toll": Decimal("7.25"),
+         "first_entry_time": t("2026-01-05T13:00"), "last_entry_time": t("2026-01-05T13:00")},
+    ]  # fmt: skip
+    current = read_current(settings.batch_store)
+    assert current is not None and current.view_settings == {"window": "10m", "max_trip": "1h"}
 
 
 def test_same_master_dataset_gives_identical_contents(

@@ -23,6 +23,7 @@ from shared.settings import Settings
 
 KEY = {"X-API-Key": "test-key"}
 DAY = {"from": "2026-01-05T00:00:00.000Z", "to": "2026-01-07T00:00:00.000Z"}
+VIEW_SETTINGS = {"window": "5m", "max_trip": "1h"}  # the rows below: 5-minute windows
 
 
 def booth_row(booth: str, start: str, count: int, toll: str) -> dict[str, Any]:
@@ -59,7 +60,10 @@ def publish_batch(store: Path, vehicle_count: int = 3) -> None:
         "booth_id": "b1", "window_start": datetime(2026, 1, 5, 23, 50),
         "reason": "missing_exit", "count": 1,
     }])  # fmt: skip
-    publish_version(store, fresh, [date(2026, 1, 5)], datetime(2026, 1, 6, tzinfo=UTC), 0, 5)
+    publish_version(
+        store, fresh, [date(2026, 1, 5)], datetime(2026, 1, 6, tzinfo=UTC), 0, 5,
+        view_settings=VIEW_SETTINGS,
+    )  # fmt: skip
 
 
 def speed_record(value: dict[str, Any], batch_id: int) -> tuple[bytes, bytes]:

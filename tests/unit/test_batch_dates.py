@@ -21,11 +21,17 @@ def inventory(**parts: set[tuple[date, int]]) -> Inventory:
 
 
 def choose(
-    found: Inventory, run_date: date, horizon: date | None, batch: int | None, lookback: int = 0
+    found: Inventory,
+    run_date: date,
+    horizon: date | None,
+    batch: int | None,
+    lookback: int = 0,
+    views_changed: bool = False,
 ) -> list[date]:
     return dates_to_recompute(
         run_date=run_date, inventory=found, published_horizon=horizon,
         published_ingest_batch=batch, lookback_days=lookback, max_trip=timedelta(hours=1),
+        views_changed=views_changed,
     )  # fmt: skip
 
 
@@ -80,3 +86,12 @@ def test_dates_after_the_run_date_wait_for_a_later_run() -> None:
 def test_nothing_new_and_no_lookback_recomputes_nothing() -> None:
     found = inventory(entries={(d(1), 0), (d(2), 0)})
     assert choose(found, d(2), d(3), 0) == []
+
+
+def test_changed_view_settings_recompute_every_date_with_data_the_version_will_hold() -> None:
+    found = inventory(entries={(d(1), 0), (d(3), 0), (d(5), 0), (d(8), 0)}, dead={(d(2), 0)})
+    # nothing new since batch 0, no lookback: only the changed settings ask for dates
+    assert choose(found, d(5), d(6), 0) == []
+    assert choose(found, d(5), d(6), 0, views_changed=True) == [d(1), d(2), d(3), d(5)]
+    # a run for an older date still replaces every date the published version holds
+    assert choose(found, d(3), d(6), 0, views_changed=True) == [d(1), d(2), d(3), d(5)]

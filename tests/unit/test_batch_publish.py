@@ -41,10 +41,28 @@ def booth_rows(*rows: tuple[str, str, int]) -> pa.Table:
     return pa.Table.from_pydict(columns, schema=template.schema)
 
 
-def publish(store: Path, rows: pa.Table, dates: list[date], horizon_day: int, keep: int = 5):  # type: ignore[no-untyped-def]
+VIEW_SETTINGS = {"window": "5m", "max_trip": "1h"}
+
+
+def publish(  # type: ignore[no-untyped-def]
+    store: Path,
+    rows: pa.Table,
+    dates: list[date],
+    horizon_day: int,
+    keep: int = 5,
+    view_settings: dict[str, str] = VIEW_SETTINGS,
+):
     fresh = {**empty_store_tables(), "booth_stats": rows}
     horizon = datetime(2026, 1, horizon_day, tzinfo=UTC)
-    return publish_version(store, fresh, dates, horizon, ingest_batch=0, keep_versions=keep)
+    return publish_version(
+        store,
+        fresh,
+        dates,
+        horizon,
+        ingest_batch=0,
+        keep_versions=keep,
+        view_settings=view_settings,
+    )
 
 
 def booth_stats_of(store: Path, version: int) -> list[tuple[str, str, int]]:
@@ -71,6 +89,35 @@ def test_a_version_keeps_rows_of_dates_not_recomputed_and_replaces_the_rest(tmp_
         ("b1", "2026-01-04T10:00", 2),
         ("b1", "2026-01-05T10:00", 3),
     ]
+
+
+def test_rows_of_other_view_settings_are_never_kept_beside_new_ones(tmp_path: Path) -> None:
+    publish(tmp_path, booth_rows(("b1", "2026-01-04T10:00", 2), ("b1", "2026-01-05T10:00", 3)),
+            [date(2026, 1, 4), date(2026, 1, 5)], horizon_day=6)  # fmt: skip
+    ten_minutes = {"window": "10m", "max_trip": "1h"}
+    with pytest.raises(BatchStoreError, match=r"its rows of 2026-01-04 cannot be kept"):
+        publish(tmp_path, booth_rows(("b1", "2026-01-05T10:00", 4)), [date(2026, 1, 5)], 6,
+                view_settings=ten_minutes)  # fmt: skip
+    assert [listed.manifest.version for listed in list_versions(tmp_path)] == [1]
+
+    every_date = publish(tmp_path, booth_rows(("b1", "2026-01-04T10:00", 5)),
+                         [date(2026, 1, 4), date(2026, 1, 5)], 6, view_settings=ten_minutes)  # fmt: skip
+    assert booth_stats_of(tmp_path, every_date.version) == [("b1", "2026-01-04T10:00", 5)]
+    current = read_current(tmp_path)
+    assert current is not None and current.view_settings == ten_minutes
+
+
+def test_a_manifest_written_before_view_settings_were_recorded_reads_as_unknown(
+    tmp_path: Path,
+) -> None:
+    publish(tmp_path, booth_rows(), [], horizon_day=6)
+    pointer = tmp_path / "CURRENT"
+    document = json.loads(pointer.read_text())
+    assert document["view_settings"] == VIEW_SETTINGS
+    del document["view_settings"]
+    pointer.write_text(json.dumps(document))
+    current = read_current(tmp_path)
+    assert current is not None and current.view_settings is None
 
 
 def test_rows_are_stored_in_key_order(tmp_path: Path) -> None:

@@ -29,7 +29,14 @@ from serving.responses import encode_rows
 from serving.speed_tables import SpeedTables
 from shared.batch_store import STORE_TABLE_BY_NAME, read_current
 from shared.merge import Row, Source, merge_at_horizon, roll_up_booth_stats, sources_for
-from tests.unit.api_stores import booth_row, fill_speed, speed_booth, speed_record, table_of
+from tests.unit.api_stores import (
+    VIEW_SETTINGS,
+    booth_row,
+    fill_speed,
+    speed_booth,
+    speed_record,
+    table_of,
+)
 
 HORIZON = datetime(2026, 1, 6, tzinfo=UTC)
 MID_HOUR = datetime(2026, 1, 5, 23, 55, tzinfo=UTC)
@@ -59,7 +66,7 @@ def filled_stores(store: Path, horizon: datetime) -> tuple[BatchSnapshot, SpeedT
         "booth_id": "b1", "window_start": datetime(2026, 1, 5, 23, 50),
         "reason": "missing_exit", "count": 1,
     }])  # fmt: skip
-    publish_version(store, fresh, [date(2026, 1, 5)], horizon, 0, 5)
+    publish_version(store, fresh, [date(2026, 1, 5)], horizon, 0, 5, view_settings=VIEW_SETTINGS)
     speed = SpeedTables()
     fill_speed(speed)
     speed.apply("booth_stats", [speed_record(speed_booth(AWKWARD, "2026-01-06T02:00", 7, 1.1), 1)])
