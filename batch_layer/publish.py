@@ -11,7 +11,6 @@ only after the pointer has moved, and never the one ``CURRENT`` names.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -27,38 +26,20 @@ from shared.batch_store import (
     STORE_TABLES,
     VERSIONS_DIR,
     BatchVersion,
-    describe_view_settings,
     read_current,
     version_file,
 )
 from shared.failpoints import failpoint
+from shared.files import fsync_path, replace_atomically
 from shared.locks import LockHeldError, exclusive_lock
 from shared.logs import log_event
+from shared.settings import describe_view_settings
 
 logger = logging.getLogger("lambdaline.batch")
 
 
 class BatchStoreError(Exception):
     """The batch store cannot do what was asked; the message says why."""
-
-
-def _fsync_path(path: Path) -> None:
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-
-
-def _replace_atomically(target: Path, text: str) -> None:
-    """Write text to target so that readers see the old content or the new, never a part."""
-    temporary = target.with_name(f".{target.name}.tmp")
-    with temporary.open("w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    temporary.replace(target)
-    _fsync_path(target.parent)
 
 
 @contextmanager
@@ -167,7 +148,7 @@ def publish_version(
         kept = sorted(set(previous.dates) - set(recomputed_dates))
         if kept:
             raise BatchStoreError(
-                f"version {previous.version} was computed with view settings "
+                f"version {previous.version} was computed with "
                 f"{describe_view_settings(previous.view_settings)}, this one with "
                 f"{describe_view_settings(view_settings)}: its rows of "
                 f"{', '.join(day.isoformat() for day in kept)} cannot be kept beside the new "
@@ -216,13 +197,13 @@ def publish_version(
         if previous is not None:
             connection.execute("DETACH previous")
         connection.execute("CHECKPOINT")
-    _fsync_path(temporary)
+    fsync_path(temporary)
     final = version_file(store, number)
     temporary.replace(final)
-    _fsync_path(versions)
+    fsync_path(versions)
     failpoint("publish_before_pointer")
 
-    _replace_atomically(store / POINTER_FILE, manifest.to_json())
+    replace_atomically(store / POINTER_FILE, manifest.to_json())
     log_event(logger, "batch_published", version=number, horizon=horizon.isoformat())
     prune_versions(store, keep_versions)
     return manifest
@@ -253,6 +234,6 @@ def rollback(store: Path, version: int) -> BatchVersion:
         kept = ", ".join(str(n) for n in _version_numbers(store)) or "none"
         raise BatchStoreError(f"version {version} is not in {store} (kept versions: {kept})")
     manifest = read_manifest(path)
-    _replace_atomically(store / POINTER_FILE, manifest.to_json())
+    replace_atomically(store / POINTER_FILE, manifest.to_json())
     log_event(logger, "batch_rolled_back", version=version)
     return manifest

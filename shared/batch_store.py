@@ -173,13 +173,6 @@ class BatchVersion:
         )
 
 
-def describe_view_settings(view_settings: dict[str, str] | None) -> str:
-    """``max_trip=1h, window=5m``, or what None means in a manifest."""
-    if view_settings is None:
-        return "not recorded (published before 2026-11-25)"
-    return ", ".join(f"{name}={value}" for name, value in sorted(view_settings.items()))
-
-
 def version_path(version: int) -> str:
     """A version file's path relative to the store directory."""
     return f"{VERSIONS_DIR}/{version:08d}.duckdb"

@@ -502,6 +502,13 @@ NOT_SETTINGS = frozenset({CONFIG_ENV, FAILPOINT_ENV})
 """``LAMBDALINE_*`` variables that are read elsewhere, not by :class:`Settings`."""
 
 
+def describe_view_settings(view_settings: Mapping[str, str] | None) -> str:
+    """``max_trip=1h, window=5m`` (see ``Settings.view_settings``); None: not recorded."""
+    if view_settings is None:
+        return "view settings not recorded (before 2026-11-25)"
+    return ", ".join(f"{name}={value}" for name, value in sorted(view_settings.items()))
+
+
 def config_file() -> Path:
     """The settings file: ``$LAMBDALINE_CONFIG``, else ``lambdaline.toml`` here (may not exist)."""
     return Path(os.environ.get(CONFIG_ENV, "lambdaline.toml"))

@@ -15,6 +15,7 @@ from shared.settings import get_settings
 from shared.streaming import QueryFailedError
 from shared.topics import all_topics
 from speed_layer import job
+from speed_layer.checkpoint import CheckpointSettingsError, claim_checkpoint
 
 speed_app = typer.Typer(help="The speed layer: Structured Streaming from Kafka to the speed store.")
 
@@ -38,8 +39,9 @@ def speed_run(
                     "this one another LAMBDALINE_STATE_DIR",
                 )
             )
+            claim_checkpoint(settings)
             require_kafka(settings, [spec.name for spec in all_topics(settings)])
-        except (KafkaNotReadyError, LockHeldError) as error:
+        except (CheckpointSettingsError, KafkaNotReadyError, LockHeldError) as error:
             raise _fail(str(error)) from None
         spark = job.speed_spark_session(settings)
         failure: QueryFailedError | None = None

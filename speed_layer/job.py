@@ -32,6 +32,7 @@ from shared.streaming import (
 from shared.topics import input_topics
 from shared.validation import DecodedRecords, decode_records
 from shared.views import COUNTED_INPUTS, booth_stats, without_duplicates
+from speed_layer.checkpoint import checkpoint_dir
 from speed_layer.lookups import diagnostic_counts, entry_lookups, publish_lookups
 from speed_layer.progress import ProgressPublisher
 from speed_layer.speed_store import view_writer
@@ -118,7 +119,7 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
     """Run the speed layer until stopped (SIGINT/SIGTERM/SIGHUP) or, with available_now, drained."""
     log_event(
         logger, "speed_start", master=spark.sparkContext.master,
-        topics=input_topics(settings), checkpoints=str(settings.checkpoints_dir / "speed"),
+        topics=input_topics(settings), checkpoints=str(checkpoint_dir(settings)),
         available_now=available_now, trigger_s=settings.speed_trigger.total_seconds(),
         lookup_trigger_s=settings.speed_lookup_trigger.total_seconds(),
     )  # fmt: skip
@@ -164,7 +165,7 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
             lookups.writeStream.queryName("speed.lookups")
             .outputMode("append")
             .foreachBatch(brief_java_errors(publish_lookups(settings)))
-            .option("checkpointLocation", str(settings.checkpoints_dir / "speed" / "lookups")),
+            .option("checkpointLocation", str(checkpoint_dir(settings) / "lookups")),
             slow,
         ),
     ]

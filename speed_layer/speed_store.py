@@ -19,6 +19,7 @@ from shared.settings import Settings
 from shared.streaming import MicroBatchFunction, brief_java_errors
 from shared.topics import DERIVED_QUERY_PREFIX, speed_topic
 from shared.views import VIEW_KEYS
+from speed_layer.checkpoint import checkpoint_dir
 
 JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'", "ignoreNullFields": "false"}
 """Times as ISO-8601 UTC with milliseconds (the session time zone is UTC)."""
@@ -79,7 +80,7 @@ def view_writer(
         rows.writeStream.queryName(name)
         .outputMode(output_mode)
         .foreachBatch(brief_java_errors(publish_view(view_name, settings)))
-        .option("checkpointLocation", str(settings.checkpoints_dir / "speed" / view_name))
+        .option("checkpointLocation", str(checkpoint_dir(settings) / view_name))
     )
 
 

@@ -1,0 +1,68 @@
+"""The speed job's checkpoint folder and the view settings it was made under.
+
+Spark keeps each query's state (open windows, entries waiting for an exit)
+in the checkpoint, but not the settings that shaped it: restarted with another
+``window`` or ``max_trip``, the job would go on from the old state without a
+word and write rows of the new shape beside the old ones in the speed store,
+where the serving layer would add both up. So the first start records
+``Settings.view_settings`` in ``<checkpoints>/speed/view_settings.json`` and
+every later start compares: :func:`claim_checkpoint` refuses a checkpoint
+made under other values, before Spark starts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from shared.files import replace_atomically
+from shared.logs import log_event
+from shared.settings import Settings, describe_view_settings
+from shared.topics import DIAGNOSTIC_ENTRIES, VIEW_NAMES, speed_topic
+
+logger = logging.getLogger("lambdaline.speed")
+
+VIEW_SETTINGS_FILE = "view_settings.json"
+
+
+class CheckpointSettingsError(Exception):
+    """The checkpoint was made under other view settings; the message says what to do."""
+
+
+def checkpoint_dir(settings: Settings) -> Path:
+    """The speed job's checkpoint folder: one subfolder per query."""
+    return settings.checkpoints_dir / "speed"
+
+
+def claim_checkpoint(settings: Settings) -> None:
+    """Record the view settings in a new checkpoint; refuse one made under others.
+
+    Call it holding the checkpoint's lock. A checkpoint made before the settings
+    were recorded (before 2026-11-25) is taken to match them.
+    """
+    folder = checkpoint_dir(settings)
+    recorded = folder / VIEW_SETTINGS_FILE
+    now = settings.view_settings
+    if recorded.exists():
+        made_with = json.loads(recorded.read_text(encoding="utf-8"))
+        if made_with != now:
+            raise CheckpointSettingsError(_refusal(settings, made_with))
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    replace_atomically(recorded, json.dumps(now, indent=2, sort_keys=True) + "\n")
+    log_event(logger, "speed_checkpoint_view_settings", checkpoint=str(folder), **now)
+
+
+def _refusal(settings: Settings, made_with: dict[str, str]) -> str:
+    folder = checkpoint_dir(settings)
+    topics = [speed_topic(settings, view) for view in (*VIEW_NAMES, DIAGNOSTIC_ENTRIES)]
+    return (
+        f"the speed checkpoint {folder} was made with {describe_view_settings(made_with)}, "
+        f"but the settings now say {describe_view_settings(settings.view_settings)}: its state "
+        "and the speed store's rows follow the old values, and the job would mix them with "
+        "new ones. Set the settings back, or start the speed layer over: stop the API, "
+        f"delete {folder} and the topics {', '.join(topics)}, run `lambdaline topics create`, "
+        "then `lambdaline speed run` recomputes from the input topics (the next batch run "
+        "recomputes every date by itself)"
+    )
