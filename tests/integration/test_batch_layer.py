@@ -284,17 +284,11 @@ def test_a_changed_window_recomputes_every_date_of_the_next_version(
     report = batch(spark, ten_minutes, D, lookback=0)  # no new data, no lookback
     assert report.views_changed
     assert report.recomputed_dates == [date(2026, 1, 2), date(2026, 1, 3), date(2026, 1, 4), D]
-    assert rows(settings, "booth_stats") == [
-        {"booth_id": "b1", "window_start": t("2026-01-04T10:00"), "window_end": t("2026-01-04T10:10"),
-         "vehicle_count": 2, "total_toll": Decimal("6.50"),
-         "first_entry_time": t("2026-01-04T10:00:10"), "last_entry_time": t("2026-01-04T10:03")},
-        {"booth_id": "b1", "window_start": t("2026-01-04T23:50"), "window_end": t("2026-01-05T00:00"),
-         "vehicle_count": 1, "total_toll": Decimal("5.75"),
-         "first_entry_time": t("2026-01-04T23:50"), "last_entry_time": t("2026-01-04T23:50")},
-        {"booth_id": "b2", "window_start": t("2026-01-05T13:00"), "window_end": t("2026-01-05T13:10"),
-         "vehicle_count": 1, "total_toll": Decimal("7.25"),
-         "first_entry_time": t("2026-01-05T13:00"), "last_entry_time": t("2026-01-05T13:00")},
-    ]  # fmt: skip
+    # every entry lies in the first half of a 10-minute window, so the rows of BOOTH_STATS
+    # start where they did and end 10 minutes later; e1 and e2 were one 5-minute window already
+    ends = [t("2026-01-04T10:10"), t("2026-01-05T00:00"), t("2026-01-05T13:10")]
+    expected = [{**row, "window_end": end} for row, end in zip(BOOTH_STATS, ends, strict=True)]
+    assert rows(settings, "booth_stats") == expected
     current = read_current(settings.batch_store)
     assert current is not None and current.view_settings == {"window": "10m", "max_trip": "1h"}
 
