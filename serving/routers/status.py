@@ -6,7 +6,8 @@ from fastapi import APIRouter, Response
 
 from serving.deps import BatchReaderDep, SettingsDep, SpeedConsumerDep, SpeedDep, keyed_router
 from serving.models import StatusResponse
-from shared.batch_store import read_current
+from shared.batch_store import BatchVersion, read_current
+from shared.settings import Settings, describe_view_settings
 from shared.topics import VIEW_NAMES
 
 router = APIRouter(tags=["status"])
@@ -25,11 +26,34 @@ def _speed_counts(speed: SpeedDep) -> dict[str, int]:
         cursor.close()
 
 
+def _other_view_settings(version: BatchVersion | None, settings: Settings) -> str | None:
+    """Why a batch version's rows do not fit this API's ``window``/``max_trip``, if they do not.
+
+    Its rows still answer (each carries its own window_start and window_end), but
+    the window's own granularity label and the check that a granularity is a
+    multiple of the window would use the API's value.
+    """
+    if version is None or version.view_settings in (None, settings.view_settings):
+        return None
+    return (
+        f"batch version {version.version} was computed with "
+        f"{describe_view_settings(version.view_settings)}; this API runs with "
+        f"{describe_view_settings(settings.view_settings)}: give it the batch layer's settings"
+    )
+
+
 @keyed.get("/status")
-def status(reader: BatchReaderDep, speed: SpeedDep, consumer: SpeedConsumerDep) -> StatusResponse:
+def status(
+    settings: SettingsDep, reader: BatchReaderDep, speed: SpeedDep, consumer: SpeedConsumerDep
+) -> StatusResponse:
     """Which batch version is served, its horizon, and how far the speed store has got."""
     version = reader.version
-    errors = [error for error in (reader.error, consumer.error if consumer else None) if error]
+    found = (
+        reader.error,
+        consumer.error if consumer else None,
+        _other_view_settings(version, settings),
+    )
+    errors = [error for error in found if error]
     return StatusResponse(
         batch_version=version.version if version else None,
         horizon=version.horizon if version else None,

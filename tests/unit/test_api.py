@@ -338,6 +338,18 @@ def test_batch_only_answers_come_from_the_version_cache_until_the_version_change
     assert 'lambdaline_batch_cache_responses_total{result="bypass"} 1.0' in metrics
 
 
+def test_status_names_a_batch_version_of_other_view_settings(tmp_path: Path) -> None:
+    app = app_on_filled_stores(tmp_path)  # batch version 1: 5-minute windows
+    ten_minutes = Settings(state_dir=tmp_path, api_keys=["test-key"], window=timedelta(minutes=10))
+    app.dependency_overrides[app_settings] = lambda: ten_minutes
+    with TestClient(app) as client:
+        status = client.get("/v1/status", headers=KEY).json()
+    assert status["errors"] == [
+        "batch version 1 was computed with max_trip=1h, window=5m; this API runs with "
+        "max_trip=1h, window=10m: give it the batch layer's settings"
+    ]
+
+
 def test_readyz_names_an_unreachable_kafka_and_batch_answers_go_on(tmp_path: Path) -> None:
     address = f"127.0.0.1:{free_port()}"  # nothing listens there
     settings = Settings(state_dir=tmp_path, api_keys=["test-key"], kafka_bootstrap=address)
