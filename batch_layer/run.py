@@ -172,11 +172,8 @@ def run_batch(
         # recompute: the dates this version must replace, by the shared views
         with _step(report, "recompute", progress, "recompute views", cpu_clock) as task:
             published = read_current(store)
-            report.views_changed = (
-                published is not None and published.view_settings != settings.view_settings
-            )
-            if report.views_changed:
-                assert published is not None
+            if published is not None and published.view_settings != settings.view_settings:
+                report.views_changed = True
                 log_event(
                     logger, "batch_view_settings_changed", published_version=published.version,
                     published=published.view_settings, now=settings.view_settings,

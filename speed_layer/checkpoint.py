@@ -1,4 +1,4 @@
-"""The speed job's checkpoint folder and the view settings it was made under.
+"""The speed job's checkpoint: one job at a time, under the view settings it was made with.
 
 Spark keeps each query's state (open windows, entries waiting for an exit)
 in the checkpoint, but not the settings that shaped it: restarted with another
@@ -7,16 +7,20 @@ word and write rows of the new shape beside the old ones in the speed store,
 where the serving layer would add both up. So the first start records
 ``Settings.view_settings`` in ``<checkpoints>/speed/view_settings.json`` and
 every later start compares: :func:`claim_checkpoint` refuses a checkpoint
-made under other values, before Spark starts.
+made under other values, before Spark starts. :func:`held_checkpoint` takes the
+checkpoint's lock first: two jobs on one checkpoint would fail each other.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from shared.files import replace_atomically
+from shared.locks import LockHeldError, exclusive_lock
 from shared.logs import log_event
 from shared.settings import Settings, describe_view_settings
 from shared.topics import DIAGNOSTIC_ENTRIES, VIEW_NAMES, speed_topic
@@ -26,8 +30,8 @@ logger = logging.getLogger("lambdaline.speed")
 VIEW_SETTINGS_FILE = "view_settings.json"
 
 
-class CheckpointSettingsError(Exception):
-    """The checkpoint was made under other view settings; the message says what to do."""
+class CheckpointError(Exception):
+    """The speed checkpoint cannot be used now; the message says why and what to do."""
 
 
 def checkpoint_dir(settings: Settings) -> Path:
@@ -35,11 +39,35 @@ def checkpoint_dir(settings: Settings) -> Path:
     return settings.checkpoints_dir / "speed"
 
 
+@contextmanager
+def held_checkpoint(settings: Settings) -> Iterator[Path]:
+    """Hold the speed checkpoint for one job: its lock, then its view settings claimed.
+
+    Raises :class:`CheckpointError` if another job holds it or it was made under
+    other view settings; yields the checkpoint folder.
+    """
+    with ExitStack() as held:
+        try:
+            held.enter_context(
+                exclusive_lock(
+                    settings.checkpoints_dir / "speed.lock",
+                    "another speed job",
+                    "two jobs on one checkpoint would fail each other; stop it first, or give "
+                    "this one another LAMBDALINE_STATE_DIR",
+                )
+            )
+        except LockHeldError as error:
+            raise CheckpointError(str(error)) from None
+        claim_checkpoint(settings)
+        yield checkpoint_dir(settings)
+
+
 def claim_checkpoint(settings: Settings) -> None:
     """Record the view settings in a new checkpoint; refuse one made under others.
 
-    Call it holding the checkpoint's lock. A checkpoint made before the settings
-    were recorded (before 2026-11-25) is taken to match them.
+    Call it holding the checkpoint's lock (:func:`held_checkpoint` does). A
+    checkpoint made before the settings were recorded (before 2026-11-25) is
+    taken to match them.
     """
     folder = checkpoint_dir(settings)
     recorded = folder / VIEW_SETTINGS_FILE
@@ -47,7 +75,7 @@ def claim_checkpoint(settings: Settings) -> None:
     if recorded.exists():
         made_with = json.loads(recorded.read_text(encoding="utf-8"))
         if made_with != now:
-            raise CheckpointSettingsError(_refusal(settings, made_with))
+            raise CheckpointError(_refusal(settings, made_with))
         return
     folder.mkdir(parents=True, exist_ok=True)
     replace_atomically(recorded, json.dumps(now, indent=2, sort_keys=True) + "\n")

@@ -9,13 +9,12 @@ import typer
 from rich.console import Console
 
 from shared.kafka_admin import KafkaNotReadyError, kafka_answers, require_kafka
-from shared.locks import LockHeldError, exclusive_lock
 from shared.logs import configure_logging
 from shared.settings import get_settings
 from shared.streaming import QueryFailedError
 from shared.topics import all_topics
 from speed_layer import job
-from speed_layer.checkpoint import CheckpointSettingsError, claim_checkpoint
+from speed_layer.checkpoint import CheckpointError, held_checkpoint
 
 speed_app = typer.Typer(help="The speed layer: Structured Streaming from Kafka to the speed store.")
 
@@ -31,17 +30,9 @@ def speed_run(
     settings = get_settings()
     with ExitStack() as held:
         try:
-            held.enter_context(
-                exclusive_lock(
-                    settings.checkpoints_dir / "speed.lock",
-                    "another speed job",
-                    "two jobs on one checkpoint would fail each other; stop it first, or give "
-                    "this one another LAMBDALINE_STATE_DIR",
-                )
-            )
-            claim_checkpoint(settings)
+            held.enter_context(held_checkpoint(settings))
             require_kafka(settings, [spec.name for spec in all_topics(settings)])
-        except (CheckpointSettingsError, KafkaNotReadyError, LockHeldError) as error:
+        except (CheckpointError, KafkaNotReadyError) as error:
             raise _fail(str(error)) from None
         spark = job.speed_spark_session(settings)
         failure: QueryFailedError | None = None

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from shared.settings import Settings
-from speed_layer.checkpoint import CheckpointSettingsError, checkpoint_dir, claim_checkpoint
+from speed_layer.checkpoint import CheckpointError, checkpoint_dir, claim_checkpoint
 
 
 def test_the_first_start_records_the_view_settings_and_a_later_one_with_them_passes(
@@ -34,7 +34,7 @@ def test_a_checkpoint_made_with_other_view_settings_is_refused_until_they_are_se
     tmp_path: Path, change: dict[str, timedelta], named: str
 ) -> None:
     claim_checkpoint(Settings(state_dir=tmp_path))
-    with pytest.raises(CheckpointSettingsError) as refused:
+    with pytest.raises(CheckpointError) as refused:
         claim_checkpoint(Settings(state_dir=tmp_path).model_copy(update=change))
     message = str(refused.value)
     folder = tmp_path / "checkpoints" / "speed"
