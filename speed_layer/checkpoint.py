@@ -73,7 +73,13 @@ def claim_checkpoint(settings: Settings) -> None:
     recorded = folder / VIEW_SETTINGS_FILE
     now = settings.view_settings
     if recorded.exists():
-        made_with = json.loads(recorded.read_text(encoding="utf-8"))
+        try:
+            made_with = json.loads(recorded.read_text(encoding="utf-8"))
+        except ValueError as error:  # edited by hand: it is written whole or not at all
+            raise CheckpointError(
+                f"cannot read {recorded} ({error}); it should hold the checkpoint's view "
+                f"settings as JSON, e.g. {json.dumps(now, sort_keys=True)}"
+            ) from None
         if made_with != now:
             raise CheckpointError(_refusal(settings, made_with))
         return

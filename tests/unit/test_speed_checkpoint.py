@@ -53,3 +53,12 @@ def test_a_checkpoint_from_before_the_record_is_taken_to_match(tmp_path: Path) -
     claim_checkpoint(settings)
     recorded = json.loads((checkpoint_dir(settings) / "view_settings.json").read_text())
     assert recorded == {"max_trip": "1h", "window": "15m"}
+
+
+def test_a_record_that_is_not_json_is_named(tmp_path: Path) -> None:
+    settings = Settings(state_dir=tmp_path)
+    recorded = checkpoint_dir(settings) / "view_settings.json"
+    recorded.parent.mkdir(parents=True)
+    recorded.write_text("window = 5m\n")
+    with pytest.raises(CheckpointError, match=rf"cannot read {recorded} \(Expecting value"):
+        claim_checkpoint(settings)
