@@ -44,9 +44,9 @@ from lambdaline.bench.peer import peer_views
 from lambdaline.generator import GeneratorConfig, send_to_kafka
 from lambdaline.kafka_broker import ephemeral_broker
 from lambdaline.processes import exit_on_signals
-from lambdaline.topics import create_topics
 from shared.batch_store import STORE_TABLES
 from shared.settings import Settings
+from shared.topic_admin import create_topics
 
 PEER_RUNS = 3
 WARM_RUNS = 3

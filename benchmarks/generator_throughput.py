@@ -24,8 +24,8 @@ from pathlib import Path
 from lambdaline.generator import GeneratorConfig, send_to_kafka
 from lambdaline.kafka_broker import ephemeral_broker
 from lambdaline.processes import exit_on_signals
-from lambdaline.topics import create_topics
 from shared.jvm import pom_properties
+from shared.topic_admin import create_topics
 
 
 def main() -> None:

@@ -53,9 +53,9 @@ from lambdaline.bench.load import open_loop
 from lambdaline.bench.measure import cpu_seconds_of_tree, percentile
 from lambdaline.kafka_broker import ephemeral_broker, free_port
 from lambdaline.processes import exit_on_signals, stop_process, wait_until_answers
-from lambdaline.topics import create_topics
 from shared.batch_store import version_file
 from shared.settings import Settings
+from shared.topic_admin import create_topics
 
 BOOTHS, DAYS, FIRST_DAY = 50, 60, date(2026, 1, 1)
 API_KEY = "bench-key"

@@ -65,8 +65,8 @@ from lambdaline.bench.measure import (
 from lambdaline.generator import GeneratorConfig, send_to_kafka
 from lambdaline.kafka_broker import ephemeral_broker, status
 from lambdaline.processes import exit_on_signals
-from lambdaline.topics import create_topics
 from shared.settings import Settings
+from shared.topic_admin import create_topics
 from shared.topics import input_topics, speed_topic
 
 RECORDS_PER_ENTRY = 2.05  # entries, exits, registrations, 1 % duplicates, 1 % malformed

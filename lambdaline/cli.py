@@ -29,13 +29,13 @@ from lambdaline import demo as demo_app
 from lambdaline import generator as event_generator
 from lambdaline import kafka_broker
 from lambdaline.processes import exit_on_signals
-from lambdaline.topics import TopicOutcome, create_topics
 from serving.cli import serve
 from shared.events import format_instant, parse_instant
 from shared.jvm import JarResolutionError, JvmProfile, resolve_jars
 from shared.kafka_admin import KafkaNotReadyError, unreachable
 from shared.locks import LockHeldError
 from shared.settings import Settings, SettingsError, get_settings, parse_duration
+from shared.topic_admin import TopicOutcome, create_topics
 from speed_layer.cli import speed_app
 
 # soft wrap: a line longer than the terminal (a path, an error) is never broken

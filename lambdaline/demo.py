@@ -50,12 +50,12 @@ from rich.text import Text
 from batch_layer.schedule import Scheduler, next_run_after
 from lambdaline import kafka_broker
 from lambdaline.processes import CLI, STOP_GRACE_S, Supervisor, log_tail
-from lambdaline.topics import create_topics
 from shared.events import format_instant, parse_instant
 from shared.kafka_admin import kafka_consumer, port_open
 from shared.locks import exclusive_lock
 from shared.logs import configure_logging
 from shared.settings import Settings
+from shared.topic_admin import create_topics
 
 logger = logging.getLogger("lambdaline.demo")
 

@@ -11,6 +11,14 @@ asks for the end offsets. That keeps the lag (records on the broker not read yet
 true after catching up, and an unanswered request is the sign that the broker
 was lost: it becomes the consumer's error, and the next attempt resumes from the
 positions read so far.
+
+``lambdaline speed reset`` deletes the speed store's topics and creates them
+again. A consumer left at its old positions would go on in the new topics at
+the old offsets (kafka-python moved it to their end, skipping what the new job
+had written), and would keep every old row whose micro-batch id is above the
+new job's. So the consumer notes each topic's id (KIP-516: a topic created
+again has a new one), asks for them with the end offsets, and on a new id
+empties that view's table and reads the new topic from its start.
 """
 
 from __future__ import annotations
@@ -18,14 +26,21 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from functools import partial
 
-from kafka import KafkaConsumer, TopicPartition
+from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.consumer.fetcher import ConsumerRecord
 from kafka.errors import KafkaTimeoutError
 
 from serving.speed_tables import BadSpeedRecordError, SpeedTables
-from shared.kafka_admin import KafkaTopicsMissingError, kafka_consumer
+from shared.kafka_admin import (
+    KafkaTopicsMissingError,
+    TopicFacts,
+    admin_client,
+    describe_present,
+    kafka_consumer,
+)
 from shared.logs import log_event
 from shared.settings import Settings
 from shared.topics import VIEW_NAMES, speed_topic
@@ -62,6 +77,8 @@ class SpeedConsumer:
         self._ends: dict[TopicPartition, int] | None = None
         """The latest end offsets known: those seen at start until caught up."""
         self._positions: dict[TopicPartition, int] = {}
+        self._topic_ids: dict[str, uuid.UUID | None] = {}
+        """Each followed topic's id, as first seen (or seen again after it was created again)."""
         self.caught_up = threading.Event()
         self.records_read = 0
         self.error: str | None = None
@@ -120,19 +137,17 @@ class SpeedConsumer:
                 self._stop.wait(RETRY_S)
 
     def _follow(self) -> None:
+        """Follow the topics until stopped (returns early to start over on a recreated topic)."""
+        topics = [*self.views_by_topic, self.progress_topic]
         consumer = self._consumer()
+        admin = admin_client(self.settings, "lambdaline-serving", timeout_ms=BOOTSTRAP_TIMEOUT_MS)
         try:
-            found = {
-                topic: sorted(consumer.partitions_for_topic(topic) or ())
-                for topic in [*self.views_by_topic, self.progress_topic]
-            }
-            if missing := [topic for topic, numbers in found.items() if not numbers]:
-                # followed as they were, the store would be "caught up" with nothing, for good
-                raise KafkaTopicsMissingError(self.settings.kafka_bootstrap, missing)
+            facts = self._described(admin, topics)
+            self._start_over_recreated(facts)
             partitions = [
                 TopicPartition(topic, number)
-                for topic, numbers in found.items()
-                for number in numbers
+                for topic in topics
+                for number in range(facts[topic].partitions)
             ]
             consumer.assign(partitions)
             for partition in partitions:  # after a lost connection, on from where it was
@@ -150,6 +165,8 @@ class SpeedConsumer:
             while not self._stop.is_set():
                 if time.monotonic() - asked >= END_OFFSETS_EVERY_S:
                     ends = self._end_offsets(consumer, partitions)  # raises if the broker is lost
+                    if self._recreated(self._described(admin, topics)):
+                        return  # follow again at once, from the new topics' start
                     if self.caught_up.is_set():
                         self._note_positions(consumer, partitions)
                         self._ends = ends
@@ -174,7 +191,44 @@ class SpeedConsumer:
                     self.caught_up.set()
                     log_event(logger, "speed_store_caught_up", records=self.records_read)
         finally:
+            admin.close()
             consumer.close()
+
+    def _described(self, admin: KafkaAdminClient, topics: list[str]) -> dict[str, TopicFacts]:
+        facts = describe_present(admin, topics)
+        if missing := [topic for topic in topics if topic not in facts]:
+            # followed as they were, the store would be "caught up" with nothing, for good;
+            # deleted by a speed reset, they come back in a moment
+            raise KafkaTopicsMissingError(self.settings.kafka_bootstrap, missing)
+        return facts
+
+    def _recreated(self, facts: dict[str, TopicFacts]) -> list[str]:
+        """The followed topics whose id is not the one noted: deleted and created again."""
+        return [
+            topic
+            for topic, noted in self._topic_ids.items()
+            if noted is not None and facts[topic].topic_id != noted
+        ]
+
+    def _start_over_recreated(self, facts: dict[str, TopicFacts]) -> None:
+        """Forget what was read of each recreated topic (its rows, its positions) and note
+        every topic's id."""
+        if recreated := self._recreated(facts):
+            cleared = {}
+            for topic in recreated:
+                if topic == self.progress_topic:
+                    self.tables.forget_progress()
+                else:
+                    view = self.views_by_topic[topic]
+                    cleared[view] = self.tables.clear(view)
+                for partition in [p for p in self._positions if p.topic == topic]:
+                    del self._positions[partition]
+            self._ends = None  # those seen at start were the old topics'
+            log_event(
+                logger, "speed_topics_recreated", topics=recreated, rows_cleared=cleared,
+                then="reading them from the start",
+            )  # fmt: skip
+        self._topic_ids = {topic: fact.topic_id for topic, fact in facts.items()}
 
     def _note_positions(self, consumer: KafkaConsumer, partitions: list[TopicPartition]) -> None:
         """The consumer's own positions: a partition whose records retention deleted (or

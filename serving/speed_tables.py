@@ -217,6 +217,21 @@ class SpeedTables:
                 cursor.close()
         return deleted
 
+    def clear(self, view: str) -> int:
+        """Delete every row of a view (its topic was created again); returns how many."""
+        table = STORE_TABLE_BY_NAME[view].name
+        with self._lock:
+            cursor = self.connection.cursor()
+            try:
+                [(count,)] = cursor.execute(f'DELETE FROM "{table}"').fetchall()
+            finally:
+                cursor.close()
+        return int(count)
+
+    def forget_progress(self) -> None:
+        """Forget the queries' watermarks (``speed.progress`` was created again)."""
+        self.watermarks = {}  # a new dict: readers may be iterating the old one
+
     def note_progress(self, raw: bytes | None) -> None:
         """Record a query's event-time watermark from a ``speed.progress`` record.
 

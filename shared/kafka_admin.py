@@ -12,10 +12,12 @@ import contextlib
 import logging
 import re
 import socket
+import uuid
 from collections.abc import Collection, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 
 from shared.kafka_security import python_client_configs
@@ -113,16 +115,19 @@ def bootstrap_reasons() -> Iterator[None]:
             raise KafkaBootstrapError(error, reason) from error
 
 
-def admin_client(settings: Settings, client_id: str = "lambdaline") -> KafkaAdminClient:
+def admin_client(
+    settings: Settings, client_id: str = "lambdaline", timeout_ms: int | None = None
+) -> KafkaAdminClient:
     """An admin client for the configured cluster, failing fast if no bootstrap server listens.
 
-    kafka-python waits ``kafka_timeout`` to bootstrap and then leaves its network
-    thread running until its own timeouts pass; a refused connection is known at
-    once, so it is checked first.
+    kafka-python waits ``timeout_ms`` (default: ``kafka_timeout``) to bootstrap and
+    then leaves its network thread running until its own timeouts pass; a refused
+    connection is known at once, so it is checked first.
     """
     if not any(port_open(host, port) for host, port in settings.bootstrap_servers):
         raise KafkaConnectionError(f"nothing listens on {settings.kafka_bootstrap}")
-    timeout_ms = int(settings.kafka_timeout.total_seconds() * 1000)
+    if timeout_ms is None:
+        timeout_ms = int(settings.kafka_timeout.total_seconds() * 1000)
     with bootstrap_reasons():
         return KafkaAdminClient(
             bootstrap_servers=settings.kafka_bootstrap,
@@ -198,13 +203,61 @@ def _remedy(settings: Settings, reason: str) -> str:
     )
 
 
-def partition_counts(admin: KafkaAdminClient, topics: Collection[str]) -> dict[str, int]:
-    """How many partitions each of ``topics`` has on the cluster; a missing topic is left out."""
+@dataclass(frozen=True)
+class TopicFacts:
+    """What the cluster says of one topic."""
+
+    topic_id: uuid.UUID | None
+    """Kafka's id of the topic (KIP-516): a topic deleted and created again gets a new one."""
+    partitions: int
+
+
+def describe_present(admin: KafkaAdminClient, topics: Collection[str]) -> dict[str, TopicFacts]:
+    """Each of ``topics`` that exists on the cluster, described; a missing one is left out."""
     if not topics:
         return {}
     present = set(admin.list_topics()) & set(topics)  # describing a missing topic is an error
     described = admin.describe_topics(sorted(present)) if present else []
-    return {topic["name"]: len(topic["partitions"]) for topic in described}
+    return {
+        topic["name"]: TopicFacts(_topic_id(topic.get("topic_id")), len(topic["partitions"]))
+        for topic in described
+    }
+
+
+def _topic_id(text: str | None) -> uuid.UUID | None:
+    unset = uuid.UUID(int=0)  # a broker before 2.8 has no ids
+    return None if not text or uuid.UUID(str(text)) == unset else uuid.UUID(str(text))
+
+
+def partition_counts(admin: KafkaAdminClient, topics: Collection[str]) -> dict[str, int]:
+    """How many partitions each of ``topics`` has on the cluster; a missing topic is left out."""
+    return {name: facts.partitions for name, facts in describe_present(admin, topics).items()}
+
+
+def records_written(settings: Settings, topics: Collection[str]) -> dict[str, int]:
+    """How many records each of ``topics`` (all present) was ever given: its partitions'
+    end offsets, summed. Neither retention nor compaction lowers an end offset; only
+    deleting the topic does."""
+    try:
+        consumer = kafka_consumer(
+            settings, "lambdaline-check", group_id=None, enable_auto_commit=False
+        )
+        try:
+            partitions = [
+                TopicPartition(topic, number)
+                for topic in topics
+                for number in sorted(consumer.partitions_for_topic(topic) or ())
+            ]
+            timeout_ms = int(settings.kafka_timeout.total_seconds() * 1000)
+            ends = consumer.end_offsets(partitions, timeout_ms=timeout_ms)
+        finally:
+            consumer.close()
+    except (KafkaConnectionError, KafkaTimeoutError, KafkaError) as error:
+        raise unreachable(settings, error) from None
+    written = dict.fromkeys(topics, 0)
+    for partition, end in ends.items():
+        written[partition.topic] += end
+    return written
 
 
 def require_kafka(

@@ -46,6 +46,19 @@ DIAGNOSTIC_ENTRIES = "internal.diagnostic_entries"
 ``diagnostics`` counts (see speed_layer/lookups.py)."""
 
 
+def speed_store_topics(settings: Settings) -> list[str]:
+    """Every topic the speed job writes its state of the views to: the views' own, its
+    progress reports and its internal topic (not ``dead.letters``, an append-only log).
+
+    They hold the output of one checkpoint; ``lambdaline speed reset`` deletes them
+    with it (speed_layer/checkpoint.py says why they go together)."""
+    return [
+        *(speed_topic(settings, view) for view in VIEW_NAMES),
+        settings.topics.speed_progress,
+        speed_topic(settings, DIAGNOSTIC_ENTRIES),
+    ]
+
+
 def all_topics(settings: Settings) -> list[TopicSpec]:
     """The topics `lambdaline topics create` makes, in a stable order."""
     partitions = settings.kafka_partitions

@@ -1,4 +1,5 @@
-"""The speed job's checkpoint: one job at a time, under the view settings it was made with.
+"""The speed job's checkpoint: one job at a time, under the view settings it was made
+with, over the speed store it wrote; and starting the speed layer over.
 
 Spark keeps each query's state (open windows, entries waiting for an exit)
 in the checkpoint, but not the settings that shaped it: restarted with another
@@ -9,21 +10,33 @@ where the serving layer would add both up. So the first start records
 every later start compares: :func:`claim_checkpoint` refuses a checkpoint
 made under other values, before Spark starts. :func:`held_checkpoint` takes the
 checkpoint's lock first: two jobs on one checkpoint would fail each other.
+
+The checkpoint and the speed store's topics belong together. Each record the
+job writes carries its micro-batch id, and the serving layer keeps a key's row
+of the latest micro-batch. A new checkpoint counts its micro-batches from 0
+again, so over a store written by an earlier one, its rows would lose to the
+old rows of every key both wrote. :func:`claim_speed_store` refuses that
+start; :func:`reset` deletes the checkpoint and the store's topics together and
+creates the topics again, empty.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
+import shutil
+from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from shared.files import replace_atomically
+from shared.kafka_admin import require_kafka
 from shared.locks import LockHeldError, exclusive_lock
 from shared.logs import log_event
 from shared.settings import Settings, describe_view_settings
-from shared.topics import DIAGNOSTIC_ENTRIES, VIEW_NAMES, speed_topic
+from shared.topic_admin import create_topics, delete_topics
+from shared.topics import speed_store_topics
 
 logger = logging.getLogger("lambdaline.speed")
 
@@ -46,6 +59,14 @@ def held_checkpoint(settings: Settings) -> Iterator[Path]:
     Raises :class:`CheckpointError` if another job holds it or it was made under
     other view settings; yields the checkpoint folder.
     """
+    with _locked(settings):
+        claim_checkpoint(settings)
+        yield checkpoint_dir(settings)
+
+
+@contextmanager
+def _locked(settings: Settings) -> Iterator[None]:
+    """The checkpoint's lock, or CheckpointError if a speed job (or a reset) holds it."""
     with ExitStack() as held:
         try:
             held.enter_context(
@@ -58,8 +79,7 @@ def held_checkpoint(settings: Settings) -> Iterator[Path]:
             )
         except LockHeldError as error:
             raise CheckpointError(str(error)) from None
-        claim_checkpoint(settings)
-        yield checkpoint_dir(settings)
+        yield
 
 
 def claim_checkpoint(settings: Settings) -> None:
@@ -89,14 +109,82 @@ def claim_checkpoint(settings: Settings) -> None:
 
 
 def _refusal(settings: Settings, made_with: dict[str, str]) -> str:
-    folder = checkpoint_dir(settings)
-    topics = [speed_topic(settings, view) for view in (*VIEW_NAMES, DIAGNOSTIC_ENTRIES)]
     return (
-        f"the speed checkpoint {folder} was made with {describe_view_settings(made_with)}, "
-        f"but the settings now say {describe_view_settings(settings.view_settings)}: its state "
-        "and the speed store's rows follow the old values, and the job would mix them with "
-        "new ones. Set the settings back, or start the speed layer over: stop the API, "
-        f"delete {folder} and the topics {', '.join(topics)}, run `lambdaline topics create`, "
-        "then `lambdaline speed run` recomputes from the input topics (the next batch run "
+        f"the speed checkpoint {checkpoint_dir(settings)} was made with "
+        f"{describe_view_settings(made_with)}, but the settings now say "
+        f"{describe_view_settings(settings.view_settings)}: its state and the speed store's "
+        "rows follow the old values, and the job would mix them with new ones. Set the "
+        "settings back, or start the speed layer over with `lambdaline speed reset` (then "
+        "`lambdaline speed run` recomputes from the input topics, and the next batch run "
         "recomputes every date by itself)"
     )
+
+
+def checkpoint_started(settings: Settings) -> bool:
+    """Whether any query of the checkpoint has begun a micro-batch.
+
+    Spark logs a micro-batch's offsets before it runs it, so a checkpoint
+    without any wrote nothing to the speed store.
+    """
+    return any(checkpoint_dir(settings).glob("*/offsets/[0-9]*"))
+
+
+def claim_speed_store(settings: Settings, written: Mapping[str, int]) -> None:
+    """Refuse to start a new checkpoint over a speed store another one wrote.
+
+    ``written``: how many records each of the store's topics was ever given
+    (``shared.kafka_admin.records_written``). Call it holding the checkpoint.
+    """
+    if checkpoint_started(settings) or not any(written.values()):
+        return
+    held = ", ".join(f"{topic} ({count})" for topic, count in written.items() if count)
+    raise CheckpointError(
+        f"the speed checkpoint {checkpoint_dir(settings)} is new, but the speed store's "
+        f"topics hold records of an earlier one: {held} records. A new checkpoint numbers "
+        "its micro-batches from 0 again, and the API keeps each key's row of the latest "
+        "micro-batch, so the earlier rows would hide the new ones. Start the speed layer "
+        "over with `lambdaline speed reset` (it deletes those topics with the checkpoint), "
+        "or point LAMBDALINE_STATE_DIR at the state folder whose checkpoint wrote them"
+    )
+
+
+@dataclass(frozen=True)
+class ResetReport:
+    """What :func:`reset` deleted: the checkpoint folder (if there was one) and the topics."""
+
+    checkpoint: Path | None
+    topics: list[str]
+
+
+def reset(settings: Settings) -> ResetReport:
+    """Start the speed layer over: delete its checkpoint, then its store's topics, and
+    create those topics again, empty.
+
+    Holds the checkpoint's lock throughout (so a running speed job is refused with
+    CheckpointError) and raises KafkaNotReadyError, having deleted nothing, if the
+    cluster does not answer. The checkpoint goes first: stopped half-way, what is left is a
+    new checkpoint over a written store, which ``speed run`` refuses and a second
+    reset finishes. The input topics and ``dead.letters`` are kept; the next
+    ``speed run`` reads the input from its earliest offsets, so it writes the dead
+    letters of what it reads again.
+    """
+    with _locked(settings):
+        require_kafka(settings)  # before anything is deleted
+        folder = checkpoint_dir(settings)
+        had_checkpoint = folder.exists()
+        if had_checkpoint:
+            shutil.rmtree(folder)
+        topics = speed_store_topics(settings)
+        deleted = delete_topics(settings, topics)
+        created = {outcome.spec.name for outcome in create_topics(settings) if outcome.created}
+        if not_created := [topic for topic in topics if topic not in created]:
+            raise CheckpointError(
+                f"deleted {', '.join(deleted)} but could not create "
+                f"{', '.join(not_created)} again on {settings.kafka_bootstrap}; "
+                "run `lambdaline topics create`"
+            )
+        log_event(
+            logger, "speed_reset", checkpoint=str(folder) if had_checkpoint else None,
+            topics_deleted=deleted, topics_created=sorted(created),
+        )  # fmt: skip
+        return ResetReport(folder if had_checkpoint else None, deleted)

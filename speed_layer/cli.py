@@ -2,19 +2,32 @@
 
 from __future__ import annotations
 
+import sys
 from contextlib import ExitStack
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
-from shared.kafka_admin import KafkaNotReadyError, kafka_answers, require_kafka
+from shared.kafka_admin import (
+    KafkaNotReadyError,
+    kafka_answers,
+    records_written,
+    require_kafka,
+)
 from shared.logs import configure_logging
 from shared.settings import get_settings
 from shared.streaming import QueryFailedError
-from shared.topics import all_topics
+from shared.topic_admin import TopicDeletionError
+from shared.topics import all_topics, speed_store_topics
 from speed_layer import job
-from speed_layer.checkpoint import CheckpointError, held_checkpoint
+from speed_layer.checkpoint import (
+    CheckpointError,
+    checkpoint_dir,
+    claim_speed_store,
+    held_checkpoint,
+    reset,
+)
 
 speed_app = typer.Typer(help="The speed layer: Structured Streaming from Kafka to the speed store.")
 
@@ -32,6 +45,7 @@ def speed_run(
         try:
             held.enter_context(held_checkpoint(settings))
             require_kafka(settings, [spec.name for spec in all_topics(settings)])
+            claim_speed_store(settings, records_written(settings, speed_store_topics(settings)))
         except (CheckpointError, KafkaNotReadyError) as error:
             raise _fail(str(error)) from None
         spark = job.speed_spark_session(settings)
@@ -49,6 +63,40 @@ def speed_run(
             f"{failure}{kafka_answers(settings)}; the checkpoint holds every committed "
             "micro-batch: run `lambdaline speed run` again to go on from there"
         )
+
+
+@speed_app.command("reset")
+def speed_reset(
+    yes: Annotated[bool, typer.Option("--yes", help="do not ask for confirmation")] = False,
+) -> None:
+    """Start the speed layer over: delete its checkpoint and speed-store topics, then
+    create the topics again, empty (after a change of window or max_trip)."""
+    configure_logging()
+    settings = get_settings()
+    topics = speed_store_topics(settings)
+    console = Console(soft_wrap=True)
+    console.print(
+        f"This deletes the speed checkpoint {checkpoint_dir(settings)} and the topics "
+        f"{', '.join(topics)} on {settings.kafka_bootstrap}, then creates the topics again, "
+        "empty. The input topics and dead.letters are kept.",
+        highlight=False,
+    )
+    if not yes:
+        if not sys.stdin.isatty():
+            raise _fail("nothing deleted: confirm with --yes where there is no terminal to ask")
+        if not typer.confirm("Start the speed layer over?"):
+            raise _fail("nothing deleted")
+    try:
+        done = reset(settings)
+    except (CheckpointError, KafkaNotReadyError, TopicDeletionError) as error:
+        raise _fail(str(error)) from None
+    gone = f"the checkpoint {done.checkpoint}" if done.checkpoint else "no checkpoint (none was)"
+    console.print(
+        f"Deleted {gone} and {len(done.topics)} topics; the speed-store topics are empty. "
+        "`lambdaline speed run` now computes every view from the input topics' earliest "
+        "records. Running API processes notice the new topics and read them from the start.",
+        highlight=False,
+    )
 
 
 def _fail(message: str) -> typer.Exit:

@@ -56,7 +56,6 @@ from lambdaline.bench.report import write_charts, write_report
 from lambdaline.generator import GeneratorConfig, send_to_kafka
 from lambdaline.kafka_broker import ephemeral_broker, free_port
 from lambdaline.processes import Supervisor, log_tail, wait_until_answers
-from lambdaline.topics import create_topics
 from serving.speed_consumer import SpeedConsumer
 from serving.speed_tables import SpeedTables
 from shared.batch_store import STORE_TABLE_BY_NAME, read_current, version_file
@@ -73,6 +72,7 @@ from shared.jvm import pom_properties
 from shared.kafka_admin import kafka_consumer, kafka_producer
 from shared.kafka_security import security_environment
 from shared.settings import Settings
+from shared.topic_admin import create_topics
 from shared.topics import VIEW_NAMES
 
 RECORDS_PER_ENTRY = 2.06

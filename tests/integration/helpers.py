@@ -10,10 +10,10 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from lambdaline.topics import create_topics
 from shared.kafka_admin import kafka_consumer, kafka_producer
 from shared.kafka_security import security_environment
 from shared.settings import Settings, TopicSettings
+from shared.topic_admin import create_topics
 from shared.topics import speed_topic
 
 

@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 
 from lambdaline import kafka_broker
 from lambdaline.cli import app
-from lambdaline.topics import create_topics
 from shared.settings import Settings
+from shared.topic_admin import create_topics
 from tests.integration.conftest import broker_settings
 
 pytestmark = pytest.mark.integration

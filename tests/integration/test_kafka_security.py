@@ -26,9 +26,9 @@ import pytest
 
 from lambdaline import kafka_broker
 from lambdaline.generator import GeneratorConfig, send_to_kafka
-from lambdaline.topics import create_topics
 from shared.kafka_admin import KafkaUnreachableError, require_kafka
 from shared.settings import Settings
+from shared.topic_admin import create_topics
 from tests.certificates import client_certificate
 from tests.integration.conftest import broker_settings
 from tests.integration.helpers import environment_of, isolated_settings, speed_view

@@ -37,12 +37,12 @@ from lambdaline import kafka_broker
 from lambdaline.generator import GeneratorConfig, send_to_kafka
 from lambdaline.kafka_broker import free_port
 from lambdaline.processes import wait_until_answers
-from lambdaline.topics import create_topics
 from serving.main import create_app
 from serving.speed_consumer import SpeedConsumer
 from serving.speed_tables import SpeedTables
 from shared.batch_store import STORE_TABLE_BY_NAME, read_current, version_file
 from shared.settings import Settings
+from shared.topic_admin import create_topics
 from speed_layer import job
 from tests.integration.conftest import broker_settings
 from tests.integration.helpers import (

@@ -22,9 +22,9 @@ from pyspark.sql import SparkSession
 
 from lambdaline import kafka_broker
 from lambdaline.generator import GeneratorConfig, send_to_kafka
-from lambdaline.topics import create_topics
 from shared.process_groups import group_is_gone
 from shared.settings import Settings
+from shared.topic_admin import create_topics
 from shared.topics import VIEW_NAMES
 from speed_layer import job
 from tests.integration.conftest import broker_settings

@@ -1,4 +1,5 @@
-"""The speed checkpoint's record of the view settings it was made under (files only)."""
+"""The speed checkpoint's record of the view settings it was made under, and its claim on
+the speed store (files only; the store's counts are given)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,13 @@ from pathlib import Path
 import pytest
 
 from shared.settings import Settings
-from speed_layer.checkpoint import CheckpointError, checkpoint_dir, claim_checkpoint
+from speed_layer.checkpoint import (
+    CheckpointError,
+    checkpoint_dir,
+    checkpoint_started,
+    claim_checkpoint,
+    claim_speed_store,
+)
 
 
 def test_the_first_start_records_the_view_settings_and_a_later_one_with_them_passes(
@@ -43,7 +50,7 @@ def test_a_checkpoint_made_with_other_view_settings_is_refused_until_they_are_se
         "but the settings now say "
     )
     assert named in message
-    assert "speed.booth_stats, speed.vehicle_trips" in message  # the topics to delete
+    assert "start the speed layer over with `lambdaline speed reset`" in message
     claim_checkpoint(Settings(state_dir=tmp_path))  # set back: passes
 
 
@@ -62,3 +69,37 @@ def test_a_record_that_is_not_json_is_named(tmp_path: Path) -> None:
     recorded.write_text("window = 5m\n")
     with pytest.raises(CheckpointError, match=rf"cannot read {recorded} \(Expecting value"):
         claim_checkpoint(settings)
+
+
+EMPTY_STORE = {"speed.booth_stats": 0, "speed.progress": 0}
+WRITTEN_STORE = {"speed.booth_stats": 12, "speed.progress": 3}
+
+
+def test_a_new_checkpoint_may_start_on_an_empty_speed_store(tmp_path: Path) -> None:
+    settings = Settings(state_dir=tmp_path)
+    claim_checkpoint(settings)  # what `speed run` does first: the folder and its record exist
+    assert not checkpoint_started(settings)
+    claim_speed_store(settings, EMPTY_STORE)
+
+
+def test_a_new_checkpoint_is_refused_a_speed_store_written_by_another(tmp_path: Path) -> None:
+    settings = Settings(state_dir=tmp_path)
+    claim_checkpoint(settings)
+    with pytest.raises(CheckpointError) as refused:
+        claim_speed_store(settings, WRITTEN_STORE)
+    message = str(refused.value)
+    assert message.startswith(
+        f"the speed checkpoint {checkpoint_dir(settings)} is new, but the speed store's topics "
+        "hold records of an earlier one: speed.booth_stats (12), speed.progress (3) records."
+    )
+    assert "`lambdaline speed reset`" in message
+
+
+def test_a_started_checkpoint_goes_on_over_the_store_it_wrote(tmp_path: Path) -> None:
+    settings = Settings(state_dir=tmp_path)
+    offsets = checkpoint_dir(settings) / "lookups" / "offsets"
+    offsets.mkdir(parents=True)
+    assert not checkpoint_started(settings)  # a query folder alone: no micro-batch begun
+    (offsets / "0").write_text("v1\n")
+    assert checkpoint_started(settings)
+    claim_speed_store(settings, WRITTEN_STORE)

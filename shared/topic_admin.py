@@ -1,0 +1,100 @@
+"""Create lambdaline's topics on the configured Kafka cluster (idempotently), and delete some.
+
+The command line creates them (`lambdaline topics create`); the speed layer's
+reset deletes its store's topics and creates them again empty.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from kafka.admin import NewTopic
+from kafka.errors import KafkaError, TopicAlreadyExistsError
+
+from shared.kafka_admin import admin_client, partition_counts
+from shared.settings import Settings
+from shared.topics import TopicSpec, all_topics
+
+
+@dataclass(frozen=True)
+class TopicOutcome:
+    spec: TopicSpec
+    created: bool
+    partitions: int
+    """On the cluster: an existing topic keeps its own count, whatever the settings say."""
+
+
+def create_topics(settings: Settings) -> list[TopicOutcome]:
+    """Create every topic that does not exist yet; existing topics are left as they are."""
+    admin = admin_client(settings, client_id="lambdaline-topics")
+    try:
+        specs = all_topics(settings)
+        existing = partition_counts(admin, [spec.name for spec in specs])
+        replication = min(3, len(admin.describe_cluster()["brokers"]))
+        outcomes = []
+        for spec in specs:
+            created = False
+            if spec.name not in existing:
+                new_topic = NewTopic(
+                    name=spec.name,
+                    num_partitions=spec.partitions,
+                    replication_factor=replication,
+                    topic_configs=spec.config,
+                )
+                try:
+                    admin.create_topics([new_topic])
+                    created = True
+                except TopicAlreadyExistsError:  # created meanwhile by someone else
+                    pass
+            partitions = existing.get(spec.name, spec.partitions)
+            outcomes.append(TopicOutcome(spec, created, partitions))
+        return outcomes
+    finally:
+        admin.close()
+
+
+class TopicDeletionError(Exception):
+    """Topics could not be deleted; the message names them and the cluster's answer."""
+
+
+def delete_topics(settings: Settings, topics: Collection[str]) -> list[str]:
+    """Delete those of ``topics`` that exist and wait until the cluster no longer lists
+    them (at most ``kafka_timeout``); returns the names deleted.
+
+    Kafka deletes a topic's data in the background; a topic of the same name
+    created afterwards is a new topic, with an id of its own and its offsets from 0.
+    """
+    admin = admin_client(settings, client_id="lambdaline-topics")
+    try:
+        present = sorted(set(admin.list_topics()) & set(topics))
+        if not present:
+            return []
+        try:
+            answer = admin.delete_topics(present)
+        except KafkaError as error:
+            raise TopicDeletionError(
+                f"{settings.kafka_bootstrap} refused to delete {', '.join(present)}: {error}"
+            ) from None
+        failed = [
+            f"{topic['name']} ({topic.get('error_message') or topic['error_code']})"
+            for topic in answer.get("topics", [])
+            if topic.get("error_code")
+        ]
+        if failed:
+            raise TopicDeletionError(
+                f"{settings.kafka_bootstrap} did not delete {', '.join(failed)} (is "
+                "delete.topic.enable off on the brokers, or is the user not allowed to?)"
+            )
+        deadline = time.monotonic() + settings.kafka_timeout.total_seconds()
+        while left := sorted(set(admin.list_topics()) & set(present)):
+            if time.monotonic() > deadline:
+                raise TopicDeletionError(
+                    f"{settings.kafka_bootstrap} still lists {', '.join(left)} "
+                    f"{settings.kafka_timeout.total_seconds():g} s after deleting them"
+                )
+            time.sleep(0.2)
+        return present
+    finally:
+        admin.close()

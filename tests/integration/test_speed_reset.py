@@ -1,0 +1,121 @@
+"""Starting the speed layer over (`lambdaline speed reset`) on the real broker and real Spark,
+with the API's speed consumer following the store throughout."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+import pytest
+from pyspark.sql import SparkSession
+
+from serving.speed_consumer import SpeedConsumer
+from serving.speed_tables import SpeedTables
+from shared.kafka_admin import records_written
+from shared.settings import Settings
+from shared.topics import speed_store_topics
+from speed_layer import job
+from speed_layer.checkpoint import checkpoint_dir
+from tests.integration.helpers import environment_of, isolated_settings, read_all, send
+from tests.integration.test_speed_layer import ENTRIES, MALFORMED
+
+pytestmark = pytest.mark.integration
+
+Row = tuple[str, datetime, datetime, int, Decimal]
+
+# booth_stats of ENTRIES by hand (e2 is sent twice and counts once), as the API holds them
+FIVE_MINUTE_ROWS: list[Row] = [
+    ("b1", datetime(2026, 1, 5, 10, 0), datetime(2026, 1, 5, 10, 5), 2, Decimal("6.50")),
+    ("b1", datetime(2026, 1, 5, 10, 5), datetime(2026, 1, 5, 10, 10), 1, Decimal("5.75")),
+    ("b2", datetime(2026, 1, 5, 10, 0), datetime(2026, 1, 5, 10, 5), 1, Decimal("7.25")),
+]
+TEN_MINUTE_ROWS: list[Row] = [
+    ("b1", datetime(2026, 1, 5, 10, 0), datetime(2026, 1, 5, 10, 10), 3, Decimal("12.25")),
+    ("b2", datetime(2026, 1, 5, 10, 0), datetime(2026, 1, 5, 10, 10), 1, Decimal("7.25")),
+]
+
+
+def held_rows(tables: SpeedTables) -> list[Row]:
+    cursor = tables.cursor()
+    try:
+        return cursor.execute(
+            "SELECT booth_id, window_start, window_end, vehicle_count, total_toll "
+            "FROM booth_stats ORDER BY booth_id, window_start"
+        ).fetchall()
+    finally:
+        cursor.close()
+
+
+def wait_for_rows(tables: SpeedTables, expected: list[Row], timeout_s: float = 60) -> list[Row]:
+    deadline = time.monotonic() + timeout_s
+    while (rows := held_rows(tables)) != expected and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return rows
+
+
+def lambdaline(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "lambdaline.cli", *args],
+        env={**environment_of(settings), "COLUMNS": "300"},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_reset_starts_the_speed_layer_over_with_a_new_window_and_the_api_follows(
+    kafka: Settings, spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    settings = isolated_settings(kafka, tmp_path_factory.mktemp("reset"))
+    send(settings, settings.topics.entries, ENTRIES + MALFORMED)
+    job.run(spark, settings, available_now=True)
+    tables = SpeedTables()
+    consumer = SpeedConsumer(settings, tables)  # what each API process runs
+    consumer.start()
+    try:
+        assert consumer.wait_caught_up(60), consumer.error
+        assert held_rows(tables) == FIVE_MINUTE_ROWS
+        assert tables.watermark is not None
+        dead_letters = len(read_all(settings, settings.topics.dead_letters))
+        assert dead_letters == len(MALFORMED)
+
+        # deleting the checkpoint alone: the new job's micro-batch ids would start at 0
+        # again under rows of higher ids, so `speed run` refuses before Spark starts
+        shutil.rmtree(checkpoint_dir(settings))
+        refused = lambdaline(settings, "speed", "run", "--available-now")
+        assert refused.returncode == 1, refused.stderr
+        said = " ".join(refused.stderr.split())
+        assert f"error: the speed checkpoint {checkpoint_dir(settings)} is new" in said
+        assert "Start the speed layer over with `lambdaline speed reset`" in said
+
+        reset = lambdaline(settings, "speed", "reset", "--yes")
+        assert reset.returncode == 0, reset.stderr
+        assert "the speed-store topics are empty" in " ".join(reset.stdout.split())
+        assert records_written(settings, speed_store_topics(settings)) == dict.fromkeys(
+            speed_store_topics(settings), 0
+        )
+        assert not checkpoint_dir(settings).exists()
+        assert len(read_all(settings, settings.topics.entries)) == len(ENTRIES + MALFORMED)
+        assert len(read_all(settings, settings.topics.dead_letters)) == dead_letters  # kept
+
+        # the API empties its tables once it sees the topics are new
+        assert wait_for_rows(tables, []) == []
+        deadline = time.monotonic() + 30
+        while tables.watermark is not None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert tables.watermark is None
+
+        ten_minutes = settings.model_copy(update={"window": timedelta(minutes=10)})
+        job.run(spark, ten_minutes, available_now=True)
+        # the new job's micro-batch ids start again at 0, below the old rows' ids:
+        # read from the new topics' start, its rows are all the API holds
+        assert wait_for_rows(tables, TEN_MINUTE_ROWS) == TEN_MINUTE_ROWS
+        assert consumer.error is None
+        # dead.letters is an append-only log the reset keeps: the new job, reading the
+        # input from its start, writes the same dead letters again
+        assert len(read_all(settings, settings.topics.dead_letters)) == 2 * dead_letters
+    finally:
+        consumer.stop()
