@@ -228,48 +228,44 @@ def test_speed_run_refuses_a_checkpoint_made_with_another_window_before_kafka_or
     assert json.loads(made_with.read_text()) == {"max_trip": "1h", "window": "5m"}
 
 
-def test_speed_reset_asks_first_and_deletes_nothing_without_an_answer(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+@pytest.fixture
+def speed_checkpoint(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """A state folder with a speed checkpoint, which a refused reset must leave."""
     monkeypatch.setenv("LAMBDALINE_STATE_DIR", str(tmp_path))
     checkpoint = tmp_path / "checkpoints" / "speed"
     checkpoint.mkdir(parents=True)
+    return checkpoint
+
+
+def test_speed_reset_asks_first_and_deletes_nothing_without_an_answer(
+    speed_checkpoint: Path,
+) -> None:
     result = runner.invoke(app, ["speed", "reset"])  # the runner's stdin is no terminal
     assert result.exit_code == 1
     said = " ".join(result.output.split())
-    assert (
-        f"This deletes the speed checkpoint {checkpoint} and the topics speed.booth_stats," in said
-    )
+    assert f"This deletes the speed checkpoint {speed_checkpoint} and the topics speed." in said
     assert "error: nothing deleted: confirm with --yes where there is no terminal to ask" in said
-    assert checkpoint.is_dir()
+    assert speed_checkpoint.is_dir()
 
 
-def test_speed_reset_deletes_nothing_while_a_speed_job_runs(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    monkeypatch.setenv("LAMBDALINE_STATE_DIR", str(tmp_path))
-    checkpoint = tmp_path / "checkpoints" / "speed"
-    checkpoint.mkdir(parents=True)
-    lock = tmp_path / "checkpoints" / "speed.lock"
+def test_speed_reset_deletes_nothing_while_a_speed_job_runs(speed_checkpoint: Path) -> None:
+    lock = speed_checkpoint.with_name("speed.lock")
     with exclusive_lock(lock, "another speed job", "-"):  # as a running `speed run` holds it
         result = runner.invoke(app, ["speed", "reset", "--yes"])
     assert result.exit_code == 1
     assert f"error: another speed job holds {lock}" in " ".join(result.output.split())
-    assert checkpoint.is_dir()
+    assert speed_checkpoint.is_dir()
 
 
 def test_speed_reset_deletes_nothing_when_kafka_does_not_answer(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    speed_checkpoint: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("LAMBDALINE_STATE_DIR", str(tmp_path))
     bootstrap = f"127.0.0.1:{free_port()}"  # nothing there
     monkeypatch.setenv("LAMBDALINE_KAFKA_BOOTSTRAP", bootstrap)
-    checkpoint = tmp_path / "checkpoints" / "speed"
-    checkpoint.mkdir(parents=True)
     result = runner.invoke(app, ["speed", "reset", "--yes"])
     assert result.exit_code == 1
     assert f"error: cannot reach Kafka at {bootstrap}" in " ".join(result.output.split())
-    assert checkpoint.is_dir()
+    assert speed_checkpoint.is_dir()
 
 
 def test_a_second_demo_on_the_same_state_folder_is_refused_before_it_starts_anything(
