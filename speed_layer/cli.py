@@ -94,7 +94,8 @@ def speed_reset(
     console.print(
         f"Deleted {gone} and {len(done.topics)} topics; the speed-store topics are empty. "
         "`lambdaline speed run` now computes every view from the input topics' earliest "
-        "records. Running API processes notice the new topics and read them from the start.",
+        "records. Running API processes notice the new topics and read them from the start; "
+        "if `window` or `max_trip` changed, restart them with the new settings too.",
         highlight=False,
     )
 
