@@ -177,6 +177,42 @@ def last_ingest_batch(spark: SparkSession, settings: Settings) -> int | None:
     return max(ids) if ids else None
 
 
+def newest_ingest_batch_begun(spark: SparkSession, settings: Settings) -> int | None:
+    """The newest micro-batch the ingest checkpoint has begun (logged its offsets for), or None.
+
+    Spark logs a micro-batch's offsets before it runs it, so no partition of the
+    master dataset can have a newer ``ingest_batch`` than this.
+    """
+    begun = _glob_names(spark, f"{ingest_checkpoint(settings)}/offsets/[0-9]*")
+    ids = [int(path.rsplit("/", 1)[1]) for path in begun]
+    return max(ids) if ids else None
+
+
+def check_ingest_checkpoint(settings: Settings, stored: int | None, begun: int | None) -> None:
+    """Raise :class:`MasterDatasetError` if the master dataset holds an ingest batch
+    (newest: ``stored``) that its checkpoint never began (newest: ``begun``).
+
+    That is a checkpoint deleted or put back from an older copy. Spark would then
+    read Kafka again from the checkpoint's offsets (from the earliest, if there is
+    none) and number the micro-batches from there, so records already stored
+    would be stored a second time, and partitions of a stored batch id
+    overwritten by other records; the next run's late-data check, which compares
+    batch ids, would go wrong as well.
+    """
+    if stored is None or (begun is not None and stored <= begun):
+        return
+    checkpoint = ingest_checkpoint(settings)
+    has = "has begun none" if begun is None else f"has begun only up to {begun}"
+    raise MasterDatasetError(
+        f"the master dataset at {settings.master_location} holds ingest micro-batches up to "
+        f"{stored}, but its ingest checkpoint {checkpoint} {has}: was the checkpoint deleted "
+        "or put back from an older copy? Ingesting now would store records a second time. "
+        "Put the checkpoint back, or start the master dataset over by deleting "
+        f"{settings.master_location} (the next run ingests what the input topics still "
+        "hold; records older than their retention would be lost)"
+    )
+
+
 def _write_partitions(frame: DataFrame, location: str, date_column: str) -> None:
     (
         frame.write.mode("overwrite")

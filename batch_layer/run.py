@@ -136,7 +136,8 @@ def run_batch(
 
     Raises :class:`batch_layer.publish.BatchStoreError` if another run holds
     the lock, :class:`batch_layer.master.MasterDatasetError` if the master
-    dataset's location cannot be used. A failure before the pointer moves
+    dataset's location cannot be used or it holds ingest batches its checkpoint
+    never began (both before anything is written). A failure before the pointer moves
     leaves the served version as it was.
     """
     report = RunReport(run_date)
@@ -154,6 +155,11 @@ def run_batch(
         # ingest: Kafka -> master dataset, exactly once
         with _step(report, "ingest", progress, "ingest Kafka -> master dataset", cpu_clock) as task:
             master.require_master_location(spark, settings.master_location)
+            master.check_ingest_checkpoint(
+                settings,
+                stored=read_inventory(spark, settings).newest_batch(),
+                begun=master.newest_ingest_batch_begun(spark, settings),
+            )
 
             def ingested(batch: master.IngestedBatch) -> None:
                 report.ingest_batches += 1

@@ -19,6 +19,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -35,7 +36,9 @@ from rich.console import Console
 
 from batch_layer.master import (
     EVENT_DATE,
+    MasterDatasetError,
     events_location,
+    ingest_checkpoint,
     last_ingest_batch,
     partitions,
     read_dead_letters,
@@ -381,6 +384,28 @@ def test_kill_9_during_publish_leaves_current_untouched(
     assert current is not None and current.version == after.version.version
     assert all_tables(first_run, current.version) == all_tables(first_run, served.version)
     assert not list((first_run.batch_store / "versions").glob(".*tmp*"))
+
+
+def files_under(folder: Path) -> dict[str, int]:
+    return {str(path.relative_to(folder)): path.stat().st_size for path in folder.rglob("*")}
+
+
+def test_a_deleted_ingest_checkpoint_is_refused_before_anything_is_stored_twice(
+    kafka: Settings, spark: SparkSession, tmp_path: Path
+) -> None:
+    settings = isolated_settings(kafka, tmp_path)
+    send_days(settings)
+    batch(spark, settings, D)
+    served = read_current(settings.batch_store)
+    checkpoint = Path(ingest_checkpoint(settings))
+    shutil.rmtree(checkpoint)  # as a user "cleaning up checkpoints" would
+    stored = files_under(Path(settings.master_location))
+
+    # without the check, the ingest read Kafka from its earliest offsets again
+    with pytest.raises(MasterDatasetError, match=rf"ingest checkpoint {checkpoint} has begun none"):
+        batch(spark, settings, D)
+    assert files_under(Path(settings.master_location)) == stored
+    assert read_current(settings.batch_store) == served
 
 
 @pytest.mark.slow
