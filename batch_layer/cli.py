@@ -28,7 +28,7 @@ from shared.events import format_instant
 from shared.kafka_admin import KafkaNotReadyError, kafka_answers, require_kafka
 from shared.logs import configure_logging
 from shared.settings import get_settings
-from shared.streaming import QueryFailedError
+from shared.streaming import KafkaDataLossError, QueryFailedError
 from shared.topics import input_topics
 
 batch_app = typer.Typer(
@@ -136,6 +136,13 @@ def batch_run(
         report = run_batch(spark, settings, day, lookback)
     except (BatchStoreError, MasterDatasetError) as error:
         raise _fail(str(error)) from None
+    except KafkaDataLossError as error:
+        raise _fail(
+            f"{error}: the input topics were deleted and created again, the broker's data was "
+            "lost, or retention deleted records the master dataset never stored. The ingest "
+            "stops rather than skip them, and the next run stops the same way; the master "
+            'dataset keeps everything it stored (see "When something is wrong" in the README)'
+        ) from None
     except QueryFailedError as error:  # the ingest; its checkpoint keeps what it committed
         failure = f"{error}{kafka_answers(settings)}"
         raise _fail(f"{failure}; the next run takes the ingest up where it stopped") from None

@@ -134,6 +134,19 @@ class QueryFailedError(RuntimeError):
     """A streaming query ended with an error: the message names it and the error's cause."""
 
 
+class KafkaDataLossError(QueryFailedError):
+    """A query's Kafka source holds fewer records than its checkpoint has read.
+
+    Spark's ``failOnDataLoss`` (on in both layers): the topics were deleted and
+    created again, the broker's data was lost, or retention deleted records
+    before the query read them. Going on from the checkpoint fails the same way.
+    """
+
+
+_DATA_LOST = "Some data may have been lost"
+_DATA_LOSS_REASON = re.compile(r"Reason: ([^\n]+)")
+
+
 _ERROR_NAME = re.compile(r"\b\w+(?:Exception|Error): ")
 _TRACE_STARTS = (
     "\n\tat ",
@@ -154,11 +167,17 @@ def innermost_cause(text: str) -> str:
     TimeoutException: Timeout of 60000ms expired ...``). Stack traces and the
     query's plan are left out.
     """
-    for start in _TRACE_STARTS:
-        text = text.split(start, 1)[0]
+    text = _before_trace(text)
     names = list(_ERROR_NAME.finditer(text))
     cause = text[names[-1].start() :] if names else text.strip()
     return cause.split("\n", 1)[0].strip()[:CAUSE_CHARS]
+
+
+def _before_trace(text: str) -> str:
+    """An error's text up to its first stack trace or query plan."""
+    for start in _TRACE_STARTS:
+        text = text.split(start, 1)[0]
+    return text
 
 
 def failure_cause(error: Exception) -> str:
@@ -171,17 +190,29 @@ def failure_cause(error: Exception) -> str:
     foreachBatch failure's innermost cause is the Python proxy's error, whose
     text holds the Python traceback and, in it, the Java error.
     """
+    return innermost_cause(str(_innermost(error)))
+
+
+def _innermost(error: Exception) -> Exception:
     while (cause := getattr(error, "_cause", None)) is not None:
         error = cause
-    return innermost_cause(str(error))
+    return error
 
 
 def raise_if_failed(queries: Sequence[StreamingQuery]) -> None:
     """Raise :class:`QueryFailedError` for the first of ``queries`` that ended with an error."""
     for query in queries:
         error = query.exception()
-        if error is not None:
-            raise QueryFailedError(f"query {query.name} failed: {failure_cause(error)}")
+        if error is None:
+            continue
+        cause = failure_cause(error)
+        if _DATA_LOST in cause:  # its first line says only that; the reason is on a later one
+            reasons = _DATA_LOSS_REASON.findall(_before_trace(str(_innermost(error))))
+            raise KafkaDataLossError(
+                f"query {query.name} failed: Kafka no longer holds records its checkpoint "
+                f"has read or expects ({reasons[-1].strip() if reasons else cause})"
+            )
+        raise QueryFailedError(f"query {query.name} failed: {cause}")
 
 
 def stop_query(query: StreamingQuery) -> None:

@@ -17,7 +17,7 @@ from shared.kafka_admin import (
 )
 from shared.logs import configure_logging
 from shared.settings import get_settings
-from shared.streaming import QueryFailedError
+from shared.streaming import KafkaDataLossError, QueryFailedError
 from shared.topic_admin import TopicDeletionError
 from shared.topics import all_topics, speed_store_topics
 from speed_layer import job
@@ -58,6 +58,13 @@ def speed_run(
             # stops the SparkContext, which deletes its scratch (shuffle files, the
             # driver's temporary files) before the JVM exits with this process
             spark.stop()
+    if isinstance(failure, KafkaDataLossError):
+        raise _fail(
+            f"{failure}: the input topics were deleted and created again, the broker's data "
+            "was lost, or retention deleted records before the job read them. Going on from "
+            "this checkpoint fails the same way; `lambdaline speed reset` starts the speed "
+            "layer over from what the topics hold now"
+        )
     if failure is not None:
         raise _fail(
             f"{failure}{kafka_answers(settings)}; the checkpoint holds every committed "

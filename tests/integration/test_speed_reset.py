@@ -17,10 +17,19 @@ from serving.speed_consumer import SpeedConsumer
 from serving.speed_tables import SpeedTables
 from shared.kafka_admin import records_written
 from shared.settings import Settings
-from shared.topics import speed_store_topics
+from shared.streaming import KafkaDataLossError
+from shared.topic_admin import create_topics, delete_topics
+from shared.topics import input_topics, speed_store_topics
 from speed_layer import job
-from speed_layer.checkpoint import checkpoint_dir
-from tests.integration.helpers import environment_of, isolated_settings, read_all, send
+from speed_layer.checkpoint import checkpoint_dir, reset
+from tests.integration.helpers import (
+    entry_value,
+    environment_of,
+    isolated_settings,
+    read_all,
+    send,
+    speed_view,
+)
 from tests.integration.test_speed_layer import ENTRIES, MALFORMED
 
 pytestmark = pytest.mark.integration
@@ -119,3 +128,31 @@ def test_a_reset_starts_the_speed_layer_over_with_a_new_window_and_the_api_follo
         assert len(read_all(settings, settings.topics.dead_letters)) == 2 * dead_letters
     finally:
         consumer.stop()
+
+
+def test_input_topics_created_again_stop_the_job_until_a_reset(
+    kafka: Settings, spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    settings = isolated_settings(kafka, tmp_path_factory.mktemp("lost"))
+    send(settings, settings.topics.entries, ENTRIES)
+    job.run(spark, settings, available_now=True)
+    # the broker's data lost: the topics come back empty and get one entry
+    delete_topics(settings, input_topics(settings))
+    create_topics(settings)
+    again = "2026-01-05T11:00:00.000Z"
+    send(
+        settings,
+        settings.topics.entries,
+        [(b"P7", entry_value("n1", "b7", "P7", again, "3.00"), again)],
+    )
+
+    with pytest.raises(
+        KafkaDataLossError, match=r"Partition .*toll\.entries-0 offset was changed from 5 to 1"
+    ):
+        job.run(spark, settings, available_now=True)  # Spark's failOnDataLoss
+    reset(settings)
+    job.run(spark, settings, available_now=True)
+    stats = speed_view(settings, "booth_stats")
+    assert [
+        (row["booth_id"], row["window_start"], row["vehicle_count"]) for row in stats.values()
+    ] == [("b7", "2026-01-05T11:00:00.000Z", 1)]

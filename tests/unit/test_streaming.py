@@ -10,6 +10,7 @@ import time
 import pytest
 
 from shared.streaming import (
+    KafkaDataLossError,
     QueryFailedError,
     innermost_cause,
     raise_if_failed,
@@ -109,3 +110,27 @@ def test_the_innermost_cause_is_the_last_named_error_before_the_stack_and_plan()
         "toll.entries-0 could be determined"
     )
     assert innermost_cause("no error name here\nsecond line") == "no error name here"
+
+
+# the innermost error of a real failure (speed.booth_stats after the broker's data was wiped
+# and the topics created again), Java stack cut short
+DATA_LOST = """\
+KafkaIllegalStateException: Some data may have been lost because they are not available in \
+Kafka any more;
+either the data was aged out by Kafka or the topic may have been deleted before all the data in the
+topic was processed.
+If you don't want your streaming query to fail on such cases, set the source option \
+failOnDataLoss to false.
+Reason: Partition toll.entries-0 offset was changed from 1023 to 255.
+	at org.apache.spark.sql.kafka010.KafkaExceptions$.partitionOffsetChanged(KafkaExceptions.scala:151)
+"""
+
+
+def test_lost_kafka_data_is_its_own_error_with_the_reason_spark_gives() -> None:
+    failed = BlockingQuery(0.0, error=DATA_LOST, name="speed.booth_stats")
+    with pytest.raises(KafkaDataLossError) as raised:
+        raise_if_failed([failed])
+    assert str(raised.value) == (
+        "query speed.booth_stats failed: Kafka no longer holds records its checkpoint has read "
+        "or expects (Partition toll.entries-0 offset was changed from 1023 to 255.)"
+    )
