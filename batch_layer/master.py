@@ -172,9 +172,7 @@ def partitions(spark: SparkSession, location: str, date_column: str) -> set[tupl
 
 def last_ingest_batch(spark: SparkSession, settings: Settings) -> int | None:
     """The newest micro-batch the ingest checkpoint has committed, or None."""
-    committed = _glob_names(spark, f"{ingest_checkpoint(settings)}/commits/[0-9]*")
-    ids = [int(path.rsplit("/", 1)[1]) for path in committed]
-    return max(ids) if ids else None
+    return _newest_logged(spark, settings, "commits")
 
 
 def newest_ingest_batch_begun(spark: SparkSession, settings: Settings) -> int | None:
@@ -183,8 +181,13 @@ def newest_ingest_batch_begun(spark: SparkSession, settings: Settings) -> int | 
     Spark logs a micro-batch's offsets before it runs it, so no partition of the
     master dataset can have a newer ``ingest_batch`` than this.
     """
-    begun = _glob_names(spark, f"{ingest_checkpoint(settings)}/offsets/[0-9]*")
-    ids = [int(path.rsplit("/", 1)[1]) for path in begun]
+    return _newest_logged(spark, settings, "offsets")
+
+
+def _newest_logged(spark: SparkSession, settings: Settings, log: str) -> int | None:
+    """The newest batch id in one of the ingest checkpoint's logs (``offsets``, ``commits``)."""
+    entries = _glob_names(spark, f"{ingest_checkpoint(settings)}/{log}/[0-9]*")
+    ids = [int(path.rsplit("/", 1)[1]) for path in entries]
     return max(ids) if ids else None
 
 
