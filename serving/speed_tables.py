@@ -135,6 +135,15 @@ Reject = Callable[[int, str], None]
 """Told a record's position in the records given to ``apply`` and why it was skipped."""
 
 
+def _view_settings(value: object) -> dict[str, str] | None:
+    """A progress record's ``view_settings``: None, or an object of text values."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise TypeError(f"view_settings is {value!r}, not an object of text values")
+    return {str(name): text for name, text in value.items()}
+
+
 class SpeedTables:
     """In-process DuckDB tables of the speed views; safe to read while a consumer writes."""
 
@@ -143,6 +152,8 @@ class SpeedTables:
         self.connection = duckdb.connect(config={"threads": threads} if threads else {})
         self._lock = threading.Lock()
         self.watermarks: dict[str, datetime] = {}
+        self.view_settings_by_query: dict[str, dict[str, str]] = {}
+        """Each query's ``view_settings`` as its latest progress record gave them."""
         self.rejected = 0
         """Records skipped as not rows of their view (or not progress reports)."""
         for view in VIEW_NAMES:
@@ -229,11 +240,14 @@ class SpeedTables:
         return int(count)
 
     def forget_progress(self) -> None:
-        """Forget the queries' watermarks (``speed.progress`` was created again)."""
-        self.watermarks = {}  # a new dict: readers may be iterating the old one
+        """Forget the queries' watermarks and view settings (``speed.progress`` was
+        created again)."""
+        self.watermarks = {}  # new dicts: readers may be iterating the old ones
+        self.view_settings_by_query = {}
 
     def note_progress(self, raw: bytes | None) -> None:
-        """Record a query's event-time watermark from a ``speed.progress`` record.
+        """Record a query's event-time watermark and view settings from a
+        ``speed.progress`` record.
 
         Raises BadSpeedRecordError (a ValueError) for a record that is not a progress
         report; the caller skips it.
@@ -242,12 +256,25 @@ class SpeedTables:
             progress = json.loads(raw or b"null")
             query, watermark = progress["query"], progress.get("watermark")
             moment = stored_instant(watermark) if watermark else None
+            view_settings = _view_settings(progress.get("view_settings"))
         except (ValueError, TypeError, KeyError, AttributeError) as error:
             self.rejected += 1
             why = f"{type(error).__name__}: {error}"
             raise BadSpeedRecordError(f"not a progress report ({why})") from None
         if moment is not None and moment > datetime(1970, 1, 1):  # 0: no data yet
             self.watermarks[str(query)] = moment
+        if view_settings is not None:  # None: a job from before they were published
+            self.view_settings_by_query[str(query)] = view_settings
+
+    @property
+    def view_settings(self) -> list[dict[str, str]]:
+        """The distinct view settings the speed queries report (one, unless jobs of
+        two settings wrote the store), in the order first seen."""
+        distinct: list[dict[str, str]] = []
+        for made_with in list(self.view_settings_by_query.values()):
+            if made_with not in distinct:
+                distinct.append(made_with)
+        return distinct
 
     @property
     def watermark(self) -> datetime | None:

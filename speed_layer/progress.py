@@ -3,7 +3,9 @@
 The record (keyed by query name, so the compacted topic keeps each query's
 latest) carries the query's event-time watermark, which the serving layer
 publishes as ``speed_watermark``, and the rates, duration and late-row count
-taken from Spark's own query progress.
+taken from Spark's own query progress. It also carries the job's
+``view_settings`` (window, max_trip): the serving layer compares them with its
+own, since it labels and checks granularities by its own window.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ class ProgressPublisher(StreamingQueryListener):
 
     def __init__(self, settings: Settings):
         self.topic = settings.topics.speed_progress
+        self.view_settings = settings.view_settings
         self.producer = kafka_producer(settings, "lambdaline-speed-progress", linger_ms=0)
         self._terminated: set[str] = set()
         self._terminated_changed = threading.Condition()
@@ -65,7 +68,8 @@ class ProgressPublisher(StreamingQueryListener):
         # addBatch, walCommit, commitOffsets...): in the log only
         log_event(logger, "micro_batch", **record, phases_ms=dict(event.progress.durationMs))
         key = (record["query"] or "unnamed").encode()
-        self.producer.send(self.topic, key=key, value=json.dumps(record).encode())
+        published = {**record, "view_settings": self.view_settings}
+        self.producer.send(self.topic, key=key, value=json.dumps(published).encode())
 
     def onQueryIdle(self, event: Any) -> None:  # noqa: N802
         pass

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from fastapi import APIRouter, Response
 
 from serving.deps import BatchReaderDep, SettingsDep, SpeedConsumerDep, SpeedDep, keyed_router
@@ -26,20 +28,36 @@ def _speed_counts(speed: SpeedDep) -> dict[str, int]:
         cursor.close()
 
 
-def _other_view_settings(version: BatchVersion | None, settings: Settings) -> str | None:
-    """Why a batch version's rows do not fit this API's ``window``/``max_trip``, if they do not.
+def _other_view_settings(
+    made_with: Mapping[str, str] | None, made_by: str, layer: str, settings: Settings
+) -> str | None:
+    """Why rows made with ``made_with`` do not fit this API's ``window``/``max_trip``, if
+    they do not (None: not recorded).
 
-    Its rows still answer (each carries its own window_start and window_end), but
+    The rows still answer (each carries its own window_start and window_end), but
     the window's own granularity label and the check that a granularity is a
     multiple of the window would use the API's value.
     """
-    if version is None or version.view_settings in (None, settings.view_settings):
+    if made_with is None or made_with == settings.view_settings:
         return None
     return (
-        f"batch version {version.version} was computed with "
-        f"{describe_view_settings(version.view_settings)}; this API runs with "
-        f"{describe_view_settings(settings.view_settings)}: give it the batch layer's settings"
+        f"{made_by} with {describe_view_settings(made_with)}; this API runs with "
+        f"{describe_view_settings(settings.view_settings)}: give it the {layer}'s settings"
     )
+
+
+def _view_settings_errors(
+    version: BatchVersion | None, speed: SpeedDep, settings: Settings
+) -> list[str | None]:
+    batch = None
+    if version is not None:
+        made_by = f"batch version {version.version} was computed"
+        batch = _other_view_settings(version.view_settings, made_by, "batch layer", settings)
+    speed_made = "the speed store was written"
+    return [batch] + [
+        _other_view_settings(made_with, speed_made, "speed layer", settings)
+        for made_with in speed.view_settings
+    ]
 
 
 @keyed.get("/status")
@@ -51,7 +69,7 @@ def status(
     found = (
         reader.error,
         consumer.error if consumer else None,
-        _other_view_settings(version, settings),
+        *_view_settings_errors(version, speed, settings),
     )
     errors = [error for error in found if error]
     return StatusResponse(

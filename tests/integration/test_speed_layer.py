@@ -126,6 +126,10 @@ def test_progress_is_published_per_query(drained: Settings) -> None:
     stats = [p for p in progress if p["query"] == "speed.booth_stats" and p["num_input_rows"] > 0]
     assert sum(p["num_input_rows"] for p in stats) == len(ENTRIES) + len(MALFORMED)
     assert stats[-1]["watermark"] is not None
+    # the API compares them with its own window and max_trip (/v1/status)
+    assert {json.dumps(p["view_settings"], sort_keys=True) for p in progress} == {
+        '{"max_trip": "1h", "window": "5m"}'
+    }
 
 
 def test_a_record_later_than_the_watermark_is_dropped_and_counted(

@@ -88,6 +88,7 @@ def test_a_reset_starts_the_speed_layer_over_with_a_new_window_and_the_api_follo
         assert consumer.wait_caught_up(60), consumer.error
         assert held_rows(tables) == FIVE_MINUTE_ROWS
         assert tables.watermark is not None
+        assert tables.view_settings == [{"window": "5m", "max_trip": "1h"}]
         dead_letters = len(read_all(settings, settings.topics.dead_letters))
         assert dead_letters == len(MALFORMED)
 
@@ -115,7 +116,7 @@ def test_a_reset_starts_the_speed_layer_over_with_a_new_window_and_the_api_follo
         deadline = time.monotonic() + 30
         while tables.watermark is not None and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert tables.watermark is None
+        assert tables.watermark is None and tables.view_settings == []
 
         ten_minutes = settings.model_copy(update={"window": timedelta(minutes=10)})
         job.run(spark, ten_minutes, available_now=True)
@@ -123,6 +124,11 @@ def test_a_reset_starts_the_speed_layer_over_with_a_new_window_and_the_api_follo
         # read from the new topics' start, its rows are all the API holds
         assert wait_for_rows(tables, TEN_MINUTE_ROWS) == TEN_MINUTE_ROWS
         assert consumer.error is None
+        # what /v1/status holds up to an API still running with window=5m
+        deadline = time.monotonic() + 30
+        while not tables.view_settings and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert tables.view_settings == [{"window": "10m", "max_trip": "1h"}]
         # dead.letters is an append-only log the reset keeps: the new job, reading the
         # input from its start, writes the same dead letters again
         assert len(read_all(settings, settings.topics.dead_letters)) == 2 * dead_letters

@@ -94,7 +94,10 @@ def fill_speed(tables: SpeedTables) -> None:
         "booth_id": "b1", "license_plate": "P1", "entry_time": "2026-01-06T08:00:00.000Z",
         "exit_time": "2026-01-06T08:05:00.000Z", "duration_seconds": 300.0,
     }, 3)])  # fmt: skip
-    tables.note_progress(json.dumps({"query": "speed.booth_stats", "watermark": "2026-01-06T00:58:00.000Z"}).encode())  # fmt: skip
+    tables.note_progress(json.dumps({
+        "query": "speed.booth_stats", "watermark": "2026-01-06T00:58:00.000Z",
+        "view_settings": VIEW_SETTINGS,
+    }).encode())  # fmt: skip
 
 
 class CaughtUp:

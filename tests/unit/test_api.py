@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import time
@@ -15,7 +16,7 @@ from fastapi.testclient import TestClient
 from batch_layer.publish import rollback
 from lambdaline.kafka_broker import free_port
 from serving.batch_reader import BatchReader
-from serving.deps import app_settings, speed_consumer
+from serving.deps import app_settings, speed_consumer, speed_tables
 from serving.main import create_app
 from serving.models import BoothStatsRow, ViewResponse
 from serving.speed_tables import SpeedTables
@@ -338,15 +339,37 @@ def test_batch_only_answers_come_from_the_version_cache_until_the_version_change
     assert 'lambdaline_batch_cache_responses_total{result="bypass"} 1.0' in metrics
 
 
-def test_status_names_a_batch_version_of_other_view_settings(tmp_path: Path) -> None:
-    app = app_on_filled_stores(tmp_path)  # batch version 1: 5-minute windows
+def test_status_names_both_stores_when_the_api_runs_with_other_view_settings(
+    tmp_path: Path,
+) -> None:
+    app = app_on_filled_stores(tmp_path)  # both stores: 5-minute windows
     ten_minutes = Settings(state_dir=tmp_path, api_keys=["test-key"], window=timedelta(minutes=10))
     app.dependency_overrides[app_settings] = lambda: ten_minutes
     with TestClient(app) as client:
         status = client.get("/v1/status", headers=KEY).json()
     assert status["errors"] == [
         "batch version 1 was computed with max_trip=1h, window=5m; this API runs with "
-        "max_trip=1h, window=10m: give it the batch layer's settings"
+        "max_trip=1h, window=10m: give it the batch layer's settings",
+        "the speed store was written with max_trip=1h, window=5m; this API runs with "
+        "max_trip=1h, window=10m: give it the speed layer's settings",
+    ]
+
+
+def test_status_names_a_speed_store_of_other_view_settings(tmp_path: Path) -> None:
+    app = app_on_filled_stores(tmp_path)
+    tables = app.dependency_overrides[speed_tables]()
+    with TestClient(app) as client:
+        assert client.get("/v1/status", headers=KEY).json()["errors"] == []
+        # a job started with window=10m after `speed reset`, this API not restarted
+        tables.forget_progress()
+        tables.note_progress(json.dumps({
+            "query": "speed.booth_stats", "watermark": "2026-01-06T01:58:00.000Z",
+            "view_settings": {"window": "10m", "max_trip": "1h"},
+        }).encode())  # fmt: skip
+        status = client.get("/v1/status", headers=KEY).json()
+    assert status["errors"] == [
+        "the speed store was written with max_trip=1h, window=10m; this API runs with "
+        "max_trip=1h, window=5m: give it the speed layer's settings"
     ]
 
 

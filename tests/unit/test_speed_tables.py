@@ -132,3 +132,24 @@ def test_a_progress_record_that_is_not_a_report_is_refused() -> None:
     assert tables.rejected == 5 and tables.watermark is None
     tables.note_progress(b'{"query": "speed.booth_stats", "watermark": "2026-01-05T06:00:00.000Z"}')
     assert tables.watermark == datetime(2026, 1, 5, 6)
+    assert tables.view_settings == []  # a job from before they were published
+
+
+def test_progress_records_give_the_view_settings_the_speed_store_was_written_with() -> None:
+    tables = SpeedTables()
+    for bad in ('"10m"', '{"window": 10}', "[]"):
+        raw = f'{{"query": "speed.booth_stats", "view_settings": {bad}}}'
+        with pytest.raises(BadSpeedRecordError, match="not a progress report"):
+            tables.note_progress(raw.encode())
+    assert tables.view_settings == []
+    five, ten = '{"window": "5m", "max_trip": "1h"}', '{"window": "10m", "max_trip": "1h"}'
+    for query, made_with in (("speed.booth_stats", five), ("speed.vehicle_trips", five),
+                             ("speed.booth_stats", ten)):  # fmt: skip
+        tables.note_progress(f'{{"query": "{query}", "view_settings": {made_with}}}'.encode())
+    # each query's latest counts: two queries, two settings
+    assert tables.view_settings == [
+        {"window": "10m", "max_trip": "1h"},
+        {"window": "5m", "max_trip": "1h"},
+    ]
+    tables.forget_progress()  # speed.progress created again
+    assert tables.view_settings == []
