@@ -29,6 +29,7 @@ from shared.kafka_admin import KafkaNotReadyError, kafka_answers, require_kafka
 from shared.logs import configure_logging
 from shared.settings import get_settings
 from shared.streaming import KafkaDataLossError, QueryFailedError
+from shared.topic_ids import TopicsRecreatedError
 from shared.topics import input_topics
 
 batch_app = typer.Typer(
@@ -100,6 +101,9 @@ def summary_table(report: RunReport) -> Table:
     return table
 
 
+KEPT = 'the master dataset keeps everything it stored (see "When something is wrong" in the README)'
+
+
 @batch_app.command("run")
 def batch_run(
     run_date: Annotated[
@@ -140,9 +144,10 @@ def batch_run(
         raise _fail(
             f"{error}: the input topics were deleted and created again, the broker's data was "
             "lost, or retention deleted records the master dataset never stored. The ingest "
-            "stops rather than skip them, and the next run stops the same way; the master "
-            'dataset keeps everything it stored (see "When something is wrong" in the README)'
+            f"stops rather than skip them, and the next run stops the same way; {KEPT}"
         ) from None
+    except TopicsRecreatedError as error:
+        raise _fail(f"{error}; {KEPT}") from None
     except QueryFailedError as error:  # the ingest; its checkpoint keeps what it committed
         failure = f"{error}{kafka_answers(settings)}"
         raise _fail(f"{failure}; the next run takes the ingest up where it stopped") from None

@@ -6,7 +6,8 @@ Layout under ``settings.master_location`` (a local path or any Hadoop URL)::
     topic=toll.exits/...
     topic=vehicle.registrations/...
     dead_letters/record_date=2026-11-21/ingest_batch=3/part-*.parquet
-    _checkpoints/ingest/          the ingest query's Structured Streaming checkpoint
+    _checkpoints/ingest/          the ingest query's Structured Streaming checkpoint,
+                                  with input_topic_ids.json (shared.topic_ids)
 
 Every valid record is stored raw (``key``, ``value``, source topic, partition,
 offset and record timestamp) together with the fields the shared validation
@@ -34,6 +35,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from shared import topic_ids
 from shared.events import EVENT_TYPES, EventType
 from shared.failpoints import failpoint
 from shared.logs import log_event
@@ -214,6 +216,56 @@ def check_ingest_checkpoint(settings: Settings, stored: int | None, begun: int |
         f"{settings.master_location} (the next run ingests what the input topics still "
         "hold; records older than their retention would be lost)"
     )
+
+
+def claim_input_topics(spark: SparkSession, settings: Settings, now: dict[str, str]) -> None:
+    """Record the input topics' ids (``now``) with a new ingest checkpoint; raise
+    :class:`shared.topic_ids.TopicsRecreatedError` if one differs from what it recorded.
+
+    A checkpoint from before the ids were recorded (2026-11-25) is taken to match.
+    """
+    location = f"{ingest_checkpoint(settings)}/{topic_ids.FILE_NAME}"
+    text = _read_text(spark, location)
+    if text is None:
+        _write_new_file(spark, location, topic_ids.render(now))
+        log_event(logger, "ingest_input_topic_ids", checkpoint=ingest_checkpoint(settings), **now)
+        return
+    try:
+        recorded = topic_ids.parse(text, location)
+    except ValueError as error:
+        raise MasterDatasetError(str(error)) from None
+    topic_ids.require_same(recorded, now, f"the ingest checkpoint {ingest_checkpoint(settings)}")
+
+
+def _read_text(spark: SparkSession, location: str) -> str | None:
+    """A small file's text through Hadoop's FileSystem (local, HDFS, S3), or None if absent."""
+    fs, path = _hadoop_fs(spark, location)
+    if not fs.exists(path):  # type: ignore[attr-defined]
+        return None
+    stream = fs.open(path)  # type: ignore[attr-defined]
+    try:
+        jvm = spark.sparkContext._jvm
+        assert jvm is not None
+        return str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+    finally:
+        stream.close()
+
+
+def _write_new_file(spark: SparkSession, location: str, text: str) -> None:
+    """Write a file that does not exist yet, whole or not at all: a temporary file, then a
+    rename (a crash leaves the temporary file, which nothing reads)."""
+    fs, path = _hadoop_fs(spark, location)
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    temporary = jvm.org.apache.hadoop.fs.Path(f"{location}.tmp")
+    stream = fs.create(temporary, True)  # type: ignore[attr-defined]  # True: overwrite
+    try:
+        stream.write(bytearray(text.encode("utf-8")))
+        stream.hsync()
+    finally:
+        stream.close()
+    if not fs.rename(temporary, path):  # type: ignore[attr-defined]
+        raise MasterDatasetError(f"cannot rename {location}.tmp to {location}")
 
 
 def _write_partitions(frame: DataFrame, location: str, date_column: str) -> None:

@@ -24,10 +24,12 @@ from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElaps
 from batch_layer import master
 from batch_layer.publish import empty_store_tables, publish_version, run_lock
 from batch_layer.recompute import dates_to_recompute, read_inventory, recompute, release
+from shared import topic_ids
 from shared.batch_store import STORE_TABLE_BY_NAME, STORE_TABLES, BatchVersion, read_current
 from shared.logs import log_event
 from shared.settings import Settings
 from shared.spark_session import spark_session
+from shared.topics import input_topics
 
 logger = logging.getLogger("lambdaline.batch")
 
@@ -137,8 +139,9 @@ def run_batch(
     Raises :class:`batch_layer.publish.BatchStoreError` if another run holds
     the lock, :class:`batch_layer.master.MasterDatasetError` if the master
     dataset's location cannot be used or it holds ingest batches its checkpoint
-    never began (both before anything is written). A failure before the pointer moves
-    leaves the served version as it was.
+    never began, :class:`shared.topic_ids.TopicsRecreatedError` if an input topic
+    is not the one the ingest checkpoint read (all before anything is written).
+    A failure before the pointer moves leaves the served version as it was.
     """
     report = RunReport(run_date)
     store = settings.batch_store
@@ -160,6 +163,8 @@ def run_batch(
                 stored=read_inventory(spark, settings).newest_batch(),
                 begun=master.newest_ingest_batch_begun(spark, settings),
             )
+            now = topic_ids.current(settings, input_topics(settings))
+            master.claim_input_topics(spark, settings, now)
 
             def ingested(batch: master.IngestedBatch) -> None:
                 report.ingest_batches += 1

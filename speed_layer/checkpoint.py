@@ -30,6 +30,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from shared import topic_ids
 from shared.files import replace_atomically
 from shared.kafka_admin import require_kafka
 from shared.locks import LockHeldError, exclusive_lock
@@ -118,6 +119,27 @@ def _refusal(settings: Settings, made_with: dict[str, str]) -> str:
         "`lambdaline speed run` recomputes from the input topics, and the next batch run "
         "recomputes every date by itself)"
     )
+
+
+def claim_input_topics(settings: Settings, now: Mapping[str, str]) -> None:
+    """Record the input topics' ids (``now``) with a new checkpoint; raise
+    :class:`shared.topic_ids.TopicsRecreatedError` if one differs from what it recorded.
+
+    Call it holding the checkpoint. A checkpoint from before the ids were recorded
+    (2026-11-25) is taken to match.
+    """
+    folder = checkpoint_dir(settings)
+    recorded_file = folder / topic_ids.FILE_NAME
+    if not recorded_file.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        replace_atomically(recorded_file, topic_ids.render(now))
+        log_event(logger, "speed_input_topic_ids", checkpoint=str(folder), **now)
+        return
+    try:
+        recorded = topic_ids.parse(recorded_file.read_text(encoding="utf-8"), str(recorded_file))
+    except ValueError as error:
+        raise CheckpointError(str(error)) from None
+    topic_ids.require_same(recorded, now, f"the speed checkpoint {folder}")
 
 
 def checkpoint_started(settings: Settings) -> bool:

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from shared import topic_ids
 from shared.kafka_admin import (
     KafkaNotReadyError,
     kafka_answers,
@@ -19,15 +20,19 @@ from shared.logs import configure_logging
 from shared.settings import get_settings
 from shared.streaming import KafkaDataLossError, QueryFailedError
 from shared.topic_admin import TopicDeletionError
-from shared.topics import all_topics, speed_store_topics
+from shared.topic_ids import TopicsRecreatedError
+from shared.topics import all_topics, input_topics, speed_store_topics
 from speed_layer import job
 from speed_layer.checkpoint import (
     CheckpointError,
     checkpoint_dir,
+    claim_input_topics,
     claim_speed_store,
     held_checkpoint,
     reset,
 )
+
+START_OVER = "`lambdaline speed reset` starts the speed layer over from what the topics hold now"
 
 speed_app = typer.Typer(help="The speed layer: Structured Streaming from Kafka to the speed store.")
 
@@ -46,8 +51,11 @@ def speed_run(
             held.enter_context(held_checkpoint(settings))
             require_kafka(settings, [spec.name for spec in all_topics(settings)])
             claim_speed_store(settings, records_written(settings, speed_store_topics(settings)))
+            claim_input_topics(settings, topic_ids.current(settings, input_topics(settings)))
         except (CheckpointError, KafkaNotReadyError) as error:
             raise _fail(str(error)) from None
+        except TopicsRecreatedError as error:
+            raise _fail(f"{error}. {START_OVER}") from None
         spark = job.speed_spark_session(settings)
         failure: QueryFailedError | None = None
         try:
@@ -62,8 +70,7 @@ def speed_run(
         raise _fail(
             f"{failure}: the input topics were deleted and created again, the broker's data "
             "was lost, or retention deleted records before the job read them. Going on from "
-            "this checkpoint fails the same way; `lambdaline speed reset` starts the speed "
-            "layer over from what the topics hold now"
+            f"this checkpoint fails the same way; {START_OVER}"
         )
     if failure is not None:
         raise _fail(

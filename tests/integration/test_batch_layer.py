@@ -49,6 +49,9 @@ from batch_layer.run import RunReport, run_batch
 from shared.batch_store import STORE_TABLE_BY_NAME, STORE_TABLES, read_current, version_file
 from shared.events import EVENT_TYPES, TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION
 from shared.settings import Settings
+from shared.topic_admin import create_topics, delete_topics
+from shared.topic_ids import TopicsRecreatedError
+from shared.topics import input_topics
 from tests.integration.helpers import (
     entry_value,
     environment_of,
@@ -404,6 +407,35 @@ def test_a_deleted_ingest_checkpoint_is_refused_before_anything_is_stored_twice(
     # without the check, the ingest read Kafka from its earliest offsets again
     with pytest.raises(MasterDatasetError, match=rf"ingest checkpoint {checkpoint} has begun none"):
         batch(spark, settings, D)
+    assert files_under(Path(settings.master_location)) == stored
+    assert read_current(settings.batch_store) == served
+
+
+def test_input_topics_created_again_are_refused_before_their_records_are_skipped(
+    kafka: Settings, spark: SparkSession, tmp_path: Path
+) -> None:
+    settings = isolated_settings(kafka, tmp_path)
+    send_days(settings)
+    batch(spark, settings, D)
+    recorded = json.loads((Path(ingest_checkpoint(settings)) / "input_topic_ids.json").read_text())
+    assert sorted(recorded) == sorted(input_topics(settings))
+    served = read_current(settings.batch_store)
+    stored = files_under(Path(settings.master_location))
+    # the broker's data lost and the same records sent again: the new topics' end
+    # offsets equal the checkpoint's, so Spark alone would find nothing new to read
+    delete_topics(settings, input_topics(settings))
+    create_topics(settings)
+    send_days(settings)
+
+    with pytest.raises(TopicsRecreatedError) as refused:
+        batch(spark, settings, D)
+    said = str(refused.value)
+    assert said.startswith(
+        f"input topics were deleted and created again since the ingest checkpoint "
+        f"{ingest_checkpoint(settings)} first read them: "
+    )
+    for topic in input_topics(settings):
+        assert f"{topic} (id {recorded[topic]}, now " in said
     assert files_under(Path(settings.master_location)) == stored
     assert read_current(settings.batch_store) == served
 

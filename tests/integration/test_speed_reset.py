@@ -3,6 +3,7 @@ with the API's speed consumer following the store throughout."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -162,3 +163,41 @@ def test_input_topics_created_again_stop_the_job_until_a_reset(
     assert [
         (row["booth_id"], row["window_start"], row["vehicle_count"]) for row in stats.values()
     ] == [("b7", "2026-01-05T11:00:00.000Z", 1)]
+
+
+def test_input_topics_created_again_past_the_old_offsets_are_refused_not_skipped(
+    kafka: Settings, spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    settings = isolated_settings(kafka, tmp_path_factory.mktemp("recreated"))
+    send(settings, settings.topics.entries, ENTRIES)  # 5 records
+    first = lambdaline(settings, "speed", "run", "--available-now")
+    assert first.returncode == 0, first.stderr
+    recorded = json.loads((checkpoint_dir(settings) / "input_topic_ids.json").read_text())
+    assert sorted(recorded) == sorted(input_topics(settings))
+    # the topics created again and given 8 entries, more than the checkpoint read:
+    # Spark alone went on from offset 5 and counted the last 3 (tried 2026-11-25)
+    delete_topics(settings, input_topics(settings))
+    create_topics(settings)
+    times = [f"2026-01-05T11:0{minute}:00.000Z" for minute in range(8)]
+    send(settings, settings.topics.entries, [
+        (f"Q{n}".encode(), entry_value(f"n{n}", "b7", f"Q{n}", at, "3.00"), at)
+        for n, at in enumerate(times)
+    ])  # fmt: skip
+
+    refused = lambdaline(settings, "speed", "run", "--available-now")
+    assert refused.returncode == 1, refused.stderr
+    said = " ".join(refused.stderr.split())
+    entries = settings.topics.entries
+    assert (
+        f"error: input topics were deleted and created again since the speed checkpoint "
+        f"{checkpoint_dir(settings)} first read them: "
+    ) in said
+    assert f"{entries} (id {recorded[entries]}, now " in said
+    assert "`lambdaline speed reset` starts the speed layer over" in said
+
+    reset(settings)
+    job.run(spark, settings, available_now=True)
+    stats = speed_view(settings, "booth_stats")
+    assert sorted(
+        (row["booth_id"], row["window_start"], row["vehicle_count"]) for row in stats.values()
+    ) == [("b7", "2026-01-05T11:00:00.000Z", 5), ("b7", "2026-01-05T11:05:00.000Z", 3)]

@@ -1,5 +1,5 @@
-"""The speed checkpoint's record of the view settings it was made under, and its claim on
-the speed store (files only; the store's counts are given)."""
+"""The speed checkpoint's record of the view settings it was made under and of the input
+topics' ids, and its claim on the speed store (files only; counts and ids are given)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,13 @@ from pathlib import Path
 import pytest
 
 from shared.settings import Settings
+from shared.topic_ids import TopicsRecreatedError, recreated
 from speed_layer.checkpoint import (
     CheckpointError,
     checkpoint_dir,
     checkpoint_started,
     claim_checkpoint,
+    claim_input_topics,
     claim_speed_store,
 )
 
@@ -103,3 +105,49 @@ def test_a_started_checkpoint_goes_on_over_the_store_it_wrote(tmp_path: Path) ->
     (offsets / "0").write_text("v1\n")
     assert checkpoint_started(settings)
     claim_speed_store(settings, WRITTEN_STORE)
+
+
+ENTRIES_ID = "5b0ba4a4-4c69-4b38-8bd5-6f0c1e57d2b1"
+EXITS_ID = "0f6b4a64-93a1-4c2e-8d9b-2f3c5b1a7e10"
+
+
+def test_the_first_start_records_the_input_topics_ids_and_a_new_id_is_refused(
+    tmp_path: Path,
+) -> None:
+    settings = Settings(state_dir=tmp_path)
+    claim_input_topics(settings, {"toll.entries": ENTRIES_ID, "toll.exits": EXITS_ID})
+    recorded = tmp_path / "checkpoints" / "speed" / "input_topic_ids.json"
+    assert json.loads(recorded.read_text()) == {"toll.entries": ENTRIES_ID, "toll.exits": EXITS_ID}
+    claim_input_topics(settings, {"toll.entries": ENTRIES_ID, "toll.exits": EXITS_ID})
+
+    new_id = "9d1e7c55-0000-4000-8000-000000000001"
+    with pytest.raises(TopicsRecreatedError) as refused:
+        claim_input_topics(settings, {"toll.entries": new_id, "toll.exits": EXITS_ID})
+    assert str(refused.value) == (
+        f"input topics were deleted and created again since the speed checkpoint "
+        f"{tmp_path / 'checkpoints' / 'speed'} first read them: toll.entries (id {ENTRIES_ID}, "
+        f"now {new_id}). Spark would go on from the old topics' offsets and skip the new "
+        "topics' records below them without an error"
+    )
+    # the record is the checkpoint's: a refusal does not change it
+    assert json.loads(recorded.read_text()) == {"toll.entries": ENTRIES_ID, "toll.exits": EXITS_ID}
+
+
+def test_a_topic_the_record_lacks_or_kafka_no_longer_names_is_not_a_change() -> None:
+    recorded = {"toll.entries": ENTRIES_ID, "toll.exits": EXITS_ID}
+    assert recreated(recorded, {"toll.entries": ENTRIES_ID}) == []  # a missing topic
+    assert recreated({}, recorded) == []  # a broker before 2.8 gives no ids
+    assert recreated(recorded, {**recorded, "vehicle.registrations": EXITS_ID}) == []
+    assert recreated(recorded, {"toll.entries": EXITS_ID, "toll.exits": ENTRIES_ID}) == [
+        ("toll.entries", ENTRIES_ID, EXITS_ID), ("toll.exits", EXITS_ID, ENTRIES_ID)
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("text", ["{", '["toll.entries"]', '{"toll.entries": 7}'])
+def test_an_unreadable_record_of_topic_ids_is_named(tmp_path: Path, text: str) -> None:
+    settings = Settings(state_dir=tmp_path)
+    recorded = tmp_path / "checkpoints" / "speed" / "input_topic_ids.json"
+    recorded.parent.mkdir(parents=True)
+    recorded.write_text(text)
+    with pytest.raises(CheckpointError, match=rf"^cannot read {recorded} \("):
+        claim_input_topics(settings, {"toll.entries": ENTRIES_ID})
