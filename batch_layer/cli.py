@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -12,8 +13,15 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from batch_layer import ingest_reset
 from batch_layer.master import MasterDatasetError
-from batch_layer.publish import BatchStoreError, ListedVersion, list_versions, rollback
+from batch_layer.publish import (
+    BatchStoreError,
+    ListedVersion,
+    list_versions,
+    rollback,
+    run_lock,
+)
 from batch_layer.run import (
     RunReport,
     batch_spark_session,
@@ -101,7 +109,10 @@ def summary_table(report: RunReport) -> Table:
     return table
 
 
-KEPT = 'the master dataset keeps everything it stored (see "When something is wrong" in the README)'
+KEPT = (
+    "the master dataset keeps everything it stored; `lambdaline batch reset-ingest` begins "
+    "a new ingest checkpoint that goes on into it from what the topics hold now"
+)
 
 
 @batch_app.command("run")
@@ -227,6 +238,69 @@ def batch_rollback(
         raise _fail(str(error)) from None
     horizon = format_instant(manifest.horizon)
     console.print(f"serving version {manifest.version} (horizon {horizon})")
+
+
+@batch_app.command("reset-ingest")
+def batch_reset_ingest(
+    yes: Annotated[bool, typer.Option("--yes", help="do not ask for confirmation")] = False,
+) -> None:
+    """Go on into the same master dataset with a new ingest checkpoint, after the input
+    topics were created again or Kafka lost records the checkpoint points at."""
+    configure_logging()
+    settings = get_settings()
+    try:
+        require_kafka(settings, input_topics(settings))
+    except KafkaNotReadyError as error:
+        raise _fail(str(error)) from None
+    spark = batch_spark_session(settings)
+    try:
+        with run_lock(settings.batch_store):
+            reset = ingest_reset.plan(spark, settings)
+            console.print(_starts_table(reset))
+            console.print(_what_reset_does(reset), highlight=False)
+            if not yes:
+                if not sys.stdin.isatty():
+                    raise _fail("nothing changed: confirm with --yes where there is no terminal")
+                if not typer.confirm("Begin a new ingest checkpoint?"):
+                    raise _fail("nothing changed")
+            ingest_reset.carry_out(spark, settings, reset)
+    except (BatchStoreError, MasterDatasetError, KafkaNotReadyError, OSError) as error:
+        raise _fail(str(error)) from None
+    finally:
+        spark.stop()
+    console.print(
+        f"Done. The next `lambdaline batch run` ingests from there, as ingest batch "
+        f"{reset.first_batch} on, and recomputes the dates its records touch.",
+        highlight=False,
+    )
+
+
+def _starts_table(reset: ingest_reset.IngestResetPlan) -> Table:
+    table = Table("partition", "read to", "Kafka keeps", "starts at", "why", box=box.SIMPLE)
+    for item in reset.starts:
+        table.add_row(
+            f"{item.topic}-{item.partition}",
+            "-" if item.read_to is None else f"{item.read_to:,}",
+            f"{item.bounds.earliest:,}..{item.bounds.end:,}",
+            "earliest" if item.starts_at == ingest_reset.EARLIEST else f"{item.starts_at:,}",
+            item.why,
+        )
+    return table
+
+
+def _what_reset_does(reset: ingest_reset.IngestResetPlan) -> str:
+    said = (
+        f"This sets the ingest checkpoint {reset.checkpoint} aside as {reset.aside} and begins "
+        f"a new one, whose batches are numbered from {reset.first_batch}, each partition "
+        "starting as above. The master dataset keeps everything it stored."
+    )
+    if reset.uncommitted:
+        batches = ", ".join(map(str, reset.uncommitted))
+        said += (
+            f" It deletes the partitions of ingest batch(es) {batches}, which the old checkpoint "
+            "began and never committed: the new one reads their records again."
+        )
+    return said
 
 
 @batch_app.command("schedule")

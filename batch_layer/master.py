@@ -7,7 +7,8 @@ Layout under ``settings.master_location`` (a local path or any Hadoop URL)::
     topic=vehicle.registrations/...
     dead_letters/record_date=2026-11-21/ingest_batch=3/part-*.parquet
     _checkpoints/ingest/          the ingest query's Structured Streaming checkpoint,
-                                  with input_topic_ids.json (shared.topic_ids)
+                                  with input_topic_ids.json (shared.topic_ids) and,
+                                  after `batch reset-ingest`, ingest_start.json
 
 Every valid record is stored raw (``key``, ``value``, source topic, partition,
 offset and record timestamp) together with the fields the shared validation
@@ -25,6 +26,7 @@ replaces its own earlier attempt instead of adding to it.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -35,6 +37,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from batch_layer import hadoop_files
 from shared import topic_ids
 from shared.events import EVENT_TYPES, EventType
 from shared.failpoints import failpoint
@@ -111,15 +114,6 @@ class IngestedBatch:
     dead_letters: int
 
 
-def _hadoop_fs(spark: SparkSession, location: str) -> tuple[object, object]:
-    """The Hadoop FileSystem and Path for a location: local, HDFS and S3 alike."""
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    path = jvm.org.apache.hadoop.fs.Path(location)
-    conf = spark.sparkContext._jsc.hadoopConfiguration()
-    return path.getFileSystem(conf), path
-
-
 class MasterDatasetError(Exception):
     """The master dataset's location cannot be used; the message says why."""
 
@@ -132,8 +126,8 @@ def require_master_location(spark: SparkSession, location: str) -> None:
     streaming query, as a Java stack trace of some 280 lines.
     """
     try:
-        fs, path = _hadoop_fs(spark, location)
-        fs.exists(path)  # type: ignore[attr-defined]
+        fs, path = hadoop_files.filesystem(spark, location)
+        fs.exists(path)
     except Py4JJavaError as error:
         cause = error.java_exception
         while cause.getCause() is not None:
@@ -149,13 +143,6 @@ def require_master_location(spark: SparkSession, location: str) -> None:
         ) from None
 
 
-def _glob_names(spark: SparkSession, pattern: str) -> list[str]:
-    """Paths matching a Hadoop glob, as strings ('' matches nothing)."""
-    fs, path = _hadoop_fs(spark, pattern)
-    statuses = fs.globStatus(path)  # type: ignore[attr-defined]
-    return [str(status.getPath().toString()) for status in (statuses or [])]
-
-
 def _partition_value(path: str, column: str) -> str:
     for part in path.split("/"):
         if part.startswith(f"{column}="):
@@ -166,19 +153,68 @@ def _partition_value(path: str, column: str) -> str:
 def partitions(spark: SparkSession, location: str, date_column: str) -> set[tuple[date, int]]:
     """The (date, ingest batch) partitions present under one master-dataset location."""
     found = set()
-    for path in _glob_names(spark, f"{location}/{date_column}=*/{INGEST_BATCH}=*"):
+    for path in hadoop_files.glob(spark, f"{location}/{date_column}=*/{INGEST_BATCH}=*"):
         day = date.fromisoformat(_partition_value(path, date_column))
         found.add((day, int(_partition_value(path, INGEST_BATCH))))
     return found
 
 
+START_FILE = "ingest_start.json"
+"""In the ingest checkpoint, written by ``batch reset-ingest``: see :class:`IngestStart`."""
+
+
+@dataclass(frozen=True)
+class IngestStart:
+    """Where an ingest checkpoint starts: the master dataset's ``ingest_batch`` of its
+    micro-batch 0, and Spark's ``startingOffsets`` for it (None: the earliest).
+
+    A checkpoint made by ``batch run`` starts at 0 and the earliest offsets; one
+    made by ``batch reset-ingest`` (the input topics created again, or records
+    lost) goes on after the batches the master dataset holds, from the offsets
+    the old checkpoint had read to where Kafka still has them.
+    """
+
+    first_batch: int = 0
+    starting_offsets: dict[str, dict[str, int]] | None = None
+
+    def render(self) -> str:
+        document = {"first_batch": self.first_batch, "starting_offsets": self.starting_offsets}
+        return json.dumps(document, indent=2, sort_keys=True) + "\n"
+
+
+def ingest_start(spark: SparkSession, settings: Settings) -> IngestStart:
+    """The ingest checkpoint's :class:`IngestStart` (the default if it has none)."""
+    location = f"{ingest_checkpoint(settings)}/{START_FILE}"
+    text = hadoop_files.read_text(spark, location)
+    if text is None:
+        return IngestStart()
+    try:
+        document = json.loads(text)
+        first = document["first_batch"]
+        offsets = document["starting_offsets"]
+        if not isinstance(first, int) or first < 0:
+            raise ValueError(f"first_batch is {first!r}")
+        if offsets is not None and not all(
+            isinstance(numbers, dict) and all(isinstance(n, int) for n in numbers.values())
+            for numbers in offsets.values()
+        ):
+            raise ValueError(f"starting_offsets is {offsets!r}")
+    except (ValueError, TypeError, KeyError, AttributeError) as error:
+        raise MasterDatasetError(
+            f"cannot read {location} ({type(error).__name__}: {error}); `lambdaline batch "
+            "reset-ingest` wrote it, and the ingest cannot number its batches without it"
+        ) from None
+    return IngestStart(first, offsets)
+
+
 def last_ingest_batch(spark: SparkSession, settings: Settings) -> int | None:
-    """The newest micro-batch the ingest checkpoint has committed, or None."""
+    """The newest ingest batch the checkpoint has committed (the master dataset's
+    numbering), or None."""
     return _newest_logged(spark, settings, "commits")
 
 
 def newest_ingest_batch_begun(spark: SparkSession, settings: Settings) -> int | None:
-    """The newest micro-batch the ingest checkpoint has begun (logged its offsets for), or None.
+    """The newest ingest batch the checkpoint has begun (logged its offsets for), or None.
 
     Spark logs a micro-batch's offsets before it runs it, so no partition of the
     master dataset can have a newer ``ingest_batch`` than this.
@@ -187,8 +223,19 @@ def newest_ingest_batch_begun(spark: SparkSession, settings: Settings) -> int | 
 
 
 def _newest_logged(spark: SparkSession, settings: Settings, log: str) -> int | None:
-    """The newest batch id in one of the ingest checkpoint's logs (``offsets``, ``commits``)."""
-    entries = _glob_names(spark, f"{ingest_checkpoint(settings)}/{log}/[0-9]*")
+    """The newest batch in one of the ingest checkpoint's logs (``offsets``, ``commits``),
+    numbered as the master dataset numbers them: after a reset, the batches stored
+    before it count as logged."""
+    newest = newest_spark_batch(spark, settings, log)
+    first = ingest_start(spark, settings).first_batch
+    if newest is None:
+        return first - 1 if first else None
+    return first + newest
+
+
+def newest_spark_batch(spark: SparkSession, settings: Settings, log: str) -> int | None:
+    """The newest micro-batch id (Spark's, from 0) in one of the ingest checkpoint's logs."""
+    entries = hadoop_files.glob(spark, f"{ingest_checkpoint(settings)}/{log}/[0-9]*")
     ids = [int(path.rsplit("/", 1)[1]) for path in entries]
     return max(ids) if ids else None
 
@@ -225,9 +272,9 @@ def claim_input_topics(spark: SparkSession, settings: Settings, now: dict[str, s
     A checkpoint from before the ids were recorded (2026-11-25) is taken to match.
     """
     location = f"{ingest_checkpoint(settings)}/{topic_ids.FILE_NAME}"
-    text = _read_text(spark, location)
+    text = hadoop_files.read_text(spark, location)
     if text is None:
-        _write_new_file(spark, location, topic_ids.render(now))
+        hadoop_files.write_new(spark, location, topic_ids.render(now))
         log_event(logger, "ingest_input_topic_ids", checkpoint=ingest_checkpoint(settings), **now)
         return
     try:
@@ -235,37 +282,6 @@ def claim_input_topics(spark: SparkSession, settings: Settings, now: dict[str, s
     except ValueError as error:
         raise MasterDatasetError(str(error)) from None
     topic_ids.require_same(recorded, now, f"the ingest checkpoint {ingest_checkpoint(settings)}")
-
-
-def _read_text(spark: SparkSession, location: str) -> str | None:
-    """A small file's text through Hadoop's FileSystem (local, HDFS, S3), or None if absent."""
-    fs, path = _hadoop_fs(spark, location)
-    if not fs.exists(path):  # type: ignore[attr-defined]
-        return None
-    stream = fs.open(path)  # type: ignore[attr-defined]
-    try:
-        jvm = spark.sparkContext._jvm
-        assert jvm is not None
-        return str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
-    finally:
-        stream.close()
-
-
-def _write_new_file(spark: SparkSession, location: str, text: str) -> None:
-    """Write a file that does not exist yet, whole or not at all: a temporary file, then a
-    rename (a crash leaves the temporary file, which nothing reads)."""
-    fs, path = _hadoop_fs(spark, location)
-    jvm = spark.sparkContext._jvm
-    assert jvm is not None
-    temporary = jvm.org.apache.hadoop.fs.Path(f"{location}.tmp")
-    stream = fs.create(temporary, True)  # type: ignore[attr-defined]  # True: overwrite
-    try:
-        stream.write(bytearray(text.encode("utf-8")))
-        stream.hsync()
-    finally:
-        stream.close()
-    if not fs.rename(temporary, path):  # type: ignore[attr-defined]
-        raise MasterDatasetError(f"cannot rename {location}.tmp to {location}")
 
 
 def _write_partitions(frame: DataFrame, location: str, date_column: str) -> None:
@@ -279,16 +295,17 @@ def _write_partitions(frame: DataFrame, location: str, date_column: str) -> None
 
 def _count_rows(spark: SparkSession, location: str, schema: T.StructType, batch_id: int) -> int:
     """Rows one micro-batch wrote under a location (Parquet footers only)."""
-    if not _glob_names(spark, location):
+    if not hadoop_files.glob(spark, location):
         return 0
     written = spark.read.schema(schema).parquet(location)
     return written.where(F.col(INGEST_BATCH) == batch_id).count()
 
 
 def _ingest_batch(
-    settings: Settings, on_batch: Callable[[IngestedBatch], None] | None
+    settings: Settings, first_batch: int, on_batch: Callable[[IngestedBatch], None] | None
 ) -> Callable[[DataFrame, int], None]:
-    def write(batch: DataFrame, batch_id: int) -> None:
+    def write(batch: DataFrame, spark_batch_id: int) -> None:
+        batch_id = first_batch + spark_batch_id  # the master dataset's numbering
         # decode once: every output below is a filter of this one persisted frame
         classified = classify_records(batch, settings.topics, settings.max_future_skew).persist()
         try:
@@ -335,6 +352,9 @@ def ingest(
     """
     # a record Kafka already deleted (retention) is gone for good: say so and stop
     reader = kafka_stream(spark, settings, input_topics(settings)).option("failOnDataLoss", "true")
+    start = ingest_start(spark, settings)
+    if start.starting_offsets is not None:  # read by Spark only when the checkpoint is new
+        reader = reader.option("startingOffsets", json.dumps(start.starting_offsets))
     if settings.batch_max_offsets_per_trigger is not None:
         reader = reader.option("maxOffsetsPerTrigger", settings.batch_max_offsets_per_trigger)
     batches: list[IngestedBatch] = []
@@ -350,7 +370,7 @@ def ingest(
         query = (
             reader.load()
             .writeStream.queryName("batch.ingest")
-            .foreachBatch(brief_java_errors(_ingest_batch(settings, collect)))
+            .foreachBatch(brief_java_errors(_ingest_batch(settings, start.first_batch, collect)))
             .option("checkpointLocation", ingest_checkpoint(settings))
             .trigger(availableNow=True)
             .start()
@@ -369,7 +389,7 @@ def read_events(
     schema = master_schema(event_type)
     location = events_location(settings, event_type)
     wanted = sorted(set(dates))
-    if not wanted or not _glob_names(spark, location):
+    if not wanted or not hadoop_files.glob(spark, location):
         return spark.createDataFrame([], schema)
     return spark.read.schema(schema).parquet(location).where(F.col(EVENT_DATE).isin(wanted))
 
@@ -378,7 +398,7 @@ def read_dead_letters(spark: SparkSession, settings: Settings, dates: Iterable[d
     """The master dataset's dead letters whose record timestamp falls on the given dates."""
     location = dead_letters_location(settings)
     wanted = sorted(set(dates))
-    if not wanted or not _glob_names(spark, location):
+    if not wanted or not hadoop_files.glob(spark, location):
         return spark.createDataFrame([], MASTER_DEAD_LETTER_SCHEMA)
     frame = spark.read.schema(MASTER_DEAD_LETTER_SCHEMA).parquet(location)
     return frame.where(F.col(RECORD_DATE).isin(wanted))

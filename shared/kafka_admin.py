@@ -15,7 +15,7 @@ import socket
 import uuid
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
@@ -212,6 +212,13 @@ class TopicFacts:
     partitions: int
 
 
+class Bounds(NamedTuple):
+    """A partition's offsets: the earliest Kafka still keeps, and the next to be written."""
+
+    earliest: int
+    end: int
+
+
 def describe_present(admin: KafkaAdminClient, topics: Collection[str]) -> dict[str, TopicFacts]:
     """Each of ``topics`` that exists on the cluster, described; a missing one is left out."""
     if not topics:
@@ -234,10 +241,11 @@ def partition_counts(admin: KafkaAdminClient, topics: Collection[str]) -> dict[s
     return {name: facts.partitions for name, facts in describe_present(admin, topics).items()}
 
 
-def records_written(settings: Settings, topics: Collection[str]) -> dict[str, int]:
-    """How many records each of ``topics`` (all present) was ever given: its partitions'
-    end offsets, summed. Neither retention nor compaction lowers an end offset; only
-    deleting the topic does."""
+def offset_bounds(settings: Settings, topics: Collection[str]) -> dict[tuple[str, int], Bounds]:
+    """Each partition of ``topics`` (all present): its earliest offset kept and its end offset.
+
+    Raises KafkaUnreachableError if the cluster does not answer.
+    """
     try:
         consumer = kafka_consumer(
             settings, "lambdaline-check", group_id=None, enable_auto_commit=False
@@ -249,14 +257,25 @@ def records_written(settings: Settings, topics: Collection[str]) -> dict[str, in
                 for number in sorted(consumer.partitions_for_topic(topic) or ())
             ]
             timeout_ms = int(settings.kafka_timeout.total_seconds() * 1000)
+            earliest = consumer.beginning_offsets(partitions, timeout_ms=timeout_ms)
             ends = consumer.end_offsets(partitions, timeout_ms=timeout_ms)
         finally:
             consumer.close()
     except (KafkaConnectionError, KafkaTimeoutError, KafkaError) as error:
         raise unreachable(settings, error) from None
+    return {
+        (partition.topic, partition.partition): Bounds(earliest[partition], ends[partition])
+        for partition in partitions
+    }
+
+
+def records_written(settings: Settings, topics: Collection[str]) -> dict[str, int]:
+    """How many records each of ``topics`` (all present) was ever given: its partitions'
+    end offsets, summed. Neither retention nor compaction lowers an end offset; only
+    deleting the topic does."""
     written = dict.fromkeys(topics, 0)
-    for partition, end in ends.items():
-        written[partition.topic] += end
+    for (topic, _), bounds in offset_bounds(settings, topics).items():
+        written[topic] += bounds.end
     return written
 
 

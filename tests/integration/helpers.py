@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import uuid
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -49,6 +51,17 @@ def environment_of(settings: Settings) -> dict[str, str]:
         "LAMBDALINE_TOPICS__SPEED_PROGRESS": topics.speed_progress,
         **security_environment(settings),
     }
+
+
+def run_cli(
+    settings: Settings, *args: str, timeout_s: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """``lambdaline ARGS`` in a subprocess with these settings, its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "lambdaline.cli", *args],
+        env={**environment_of(settings), "COLUMNS": "300"},
+        capture_output=True, text=True, timeout=timeout_s,
+    )  # fmt: skip
 
 
 def ms(instant: str) -> int:

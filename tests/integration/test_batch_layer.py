@@ -31,6 +31,7 @@ from typing import Any
 
 import duckdb
 import pytest
+from kafka import TopicPartition
 from pyspark.sql import SparkSession
 from rich.console import Console
 
@@ -48,7 +49,9 @@ from batch_layer.publish import rollback
 from batch_layer.run import RunReport, run_batch
 from shared.batch_store import STORE_TABLE_BY_NAME, STORE_TABLES, read_current, version_file
 from shared.events import EVENT_TYPES, TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION
+from shared.kafka_admin import admin_client
 from shared.settings import Settings
+from shared.streaming import KafkaDataLossError
 from shared.topic_admin import create_topics, delete_topics
 from shared.topic_ids import TopicsRecreatedError
 from shared.topics import input_topics
@@ -58,6 +61,7 @@ from tests.integration.helpers import (
     exit_value,
     isolated_settings,
     registration_value,
+    run_cli,
     send,
 )
 
@@ -326,18 +330,13 @@ def test_rollback_moves_the_pointer_back(first_run: Settings, spark: SparkSessio
     current = read_current(first_run.batch_store)
     assert current is not None and current.version == 1
 
-    listed = subprocess.run(
-        [sys.executable, "-m", "lambdaline.cli", "batch", "versions", "--json"],
-        env=environment_of(first_run), capture_output=True, text=True, check=True,
-    )  # fmt: skip
+    listed = run_cli(first_run, "batch", "versions", "--json")
+    assert listed.returncode == 0, listed.stderr
     versions = json.loads(listed.stdout)
     assert [v["version"] for v in versions if v["current"]] == [1]
     assert newer.version.version in [v["version"] for v in versions]
 
-    missing = subprocess.run(
-        [sys.executable, "-m", "lambdaline.cli", "batch", "rollback", "999"],
-        env=environment_of(first_run), capture_output=True, text=True,
-    )  # fmt: skip
+    missing = run_cli(first_run, "batch", "rollback", "999")
     assert missing.returncode == 1
     assert "version 999 is not in" in missing.stderr + missing.stdout
     rollback(first_run.batch_store, newer.version.version)
@@ -411,13 +410,18 @@ def test_a_deleted_ingest_checkpoint_is_refused_before_anything_is_stored_twice(
     assert read_current(settings.batch_store) == served
 
 
-def test_input_topics_created_again_are_refused_before_their_records_are_skipped(
+NEW_ENTRY = (b"P7", entry_value("e7", "b3", "P7", "2026-01-05T14:00:00.000Z", "1.00"), "2026-01-05T14:00:00.100Z")  # fmt: skip
+
+
+@pytest.mark.slow
+def test_input_topics_created_again_are_refused_then_a_reset_ingest_goes_on_into_the_master(
     kafka: Settings, spark: SparkSession, tmp_path: Path
 ) -> None:
     settings = isolated_settings(kafka, tmp_path)
     send_days(settings)
-    batch(spark, settings, D)
-    recorded = json.loads((Path(ingest_checkpoint(settings)) / "input_topic_ids.json").read_text())
+    batch(spark, settings, D)  # ingest batch 0
+    checkpoint = ingest_checkpoint(settings)
+    recorded = json.loads((Path(checkpoint) / "input_topic_ids.json").read_text())
     assert sorted(recorded) == sorted(input_topics(settings))
     served = read_current(settings.batch_store)
     stored = files_under(Path(settings.master_location))
@@ -431,13 +435,135 @@ def test_input_topics_created_again_are_refused_before_their_records_are_skipped
         batch(spark, settings, D)
     said = str(refused.value)
     assert said.startswith(
-        f"input topics were deleted and created again since the ingest checkpoint "
-        f"{ingest_checkpoint(settings)} first read them: "
+        f"input topics were deleted and created again since the ingest checkpoint {checkpoint} "
+        "first read them: "
     )
     for topic in input_topics(settings):
         assert f"{topic} (id {recorded[topic]}, now " in said
     assert files_under(Path(settings.master_location)) == stored
     assert read_current(settings.batch_store) == served
+
+    send(settings, settings.topics.entries, [NEW_ENTRY])
+    reset = run_cli(settings, "batch", "reset-ingest", "--yes")
+    assert reset.returncode == 0, reset.stderr
+    table = {line.split()[0]: " ".join(line.split()[1:]) for line in reset.stdout.splitlines()
+             if line.strip().startswith(tuple(input_topics(settings)))}  # fmt: skip
+    assert table == {  # read to, Kafka keeps, starts at, why
+        f"{settings.topics.entries}-0": "10 0..11 earliest topic created again (new id)",
+        f"{settings.topics.exits}-0": "7 0..7 earliest topic created again (new id)",
+        f"{settings.topics.registrations}-0": "5 0..5 earliest topic created again (new id)",
+        **{f"{topic}-1": "0 0..0 earliest topic created again (new id)"
+           for topic in input_topics(settings)},  # send() writes to partition 0
+    }  # fmt: skip
+    assert "whose batches are numbered from 1" in " ".join(reset.stdout.split())
+    assert len(list(Path(checkpoint).parent.glob("ingest.replaced-*"))) == 1
+
+    report = batch(spark, settings, D)  # ingest batch 1: every record again, and e7
+    sent = len(ENTRIES + MALFORMED + EXITS + REGISTRATIONS)
+    assert report.records_ingested == sent + 1
+    written = partitions(spark, events_location(settings, TOLL_ENTRY), EVENT_DATE)
+    assert {batch_id for _, batch_id in written} == {0, 1}
+    master = {
+        event_type.name: read_events(spark, settings, event_type, ALL_DAYS).count()
+        for event_type in EVENT_TYPES
+    }
+    assert master == {
+        TOLL_ENTRY.name: 2 * len(ENTRIES) + 1, TOLL_EXIT.name: 2 * len(EXITS),
+        VEHICLE_REGISTRATION.name: 2 * len(REGISTRATIONS),
+    }  # fmt: skip
+    # every copy counts once; e7 (booth b3, plate P7: no exit, no registration) is new
+    assert rows(settings, "booth_stats") == [*BOOTH_STATS, {
+        "booth_id": "b3", "window_start": t("2026-01-05T14:00"), "window_end": t("2026-01-05T14:05"),
+        "vehicle_count": 1, "total_toll": Decimal("1.00"),
+        "first_entry_time": t("2026-01-05T14:00"), "last_entry_time": t("2026-01-05T14:00"),
+    }]  # fmt: skip
+    assert rows(settings, "vehicle_trips") == VEHICLE_TRIPS
+    assert rows(settings, "expired_registrations") == EXPIRED_REGISTRATIONS
+    assert rows(settings, "diagnostics") == [*DIAGNOSTICS,
+        {"booth_id": "b3", "window_start": t("2026-01-05T14:00"), "reason": "missing_exit", "count": 1},
+        {"booth_id": "b3", "window_start": t("2026-01-05T14:00"), "reason": "missing_registration", "count": 1},
+    ]  # fmt: skip
+    # dead letters are records, not events: each generation's are kept (3 dated <= D)
+    assert len(rows(settings, "dead_letters")) == 2 * 3
+    assert batch(spark, settings, D).records_ingested == 0  # and nothing is read twice
+
+
+@pytest.mark.slow
+def test_records_deleted_before_the_ingest_read_them_stop_it_until_a_reset_ingest(
+    kafka: Settings, spark: SparkSession, tmp_path: Path
+) -> None:
+    settings = isolated_settings(kafka, tmp_path)
+    send_days(settings)
+    batch(spark, settings, D)  # toll.entries-0 read to offset 10
+    lost = [
+        (f"L{n}".encode(), entry_value(f"l{n}", "b8", f"L{n}", at, "1.00"), at)
+        for n, at in enumerate(["2026-01-05T15:00:00.000Z", "2026-01-05T15:01:00.000Z",
+                                "2026-01-05T15:02:00.000Z"])
+    ]  # fmt: skip
+    send(settings, settings.topics.entries, lost)
+    # retention (or an operator) deletes offsets 10..12 before the next run reads them
+    admin = admin_client(settings)
+    try:
+        admin.delete_records({TopicPartition(settings.topics.entries, 0): 13})
+    finally:
+        admin.close()
+    send(settings, settings.topics.entries, [NEW_ENTRY])  # offset 13
+
+    with pytest.raises(KafkaDataLossError):
+        batch(spark, settings, D)
+    stored = files_under(Path(settings.master_location))
+    unanswered = run_cli(settings, "batch", "reset-ingest")  # no terminal to ask
+    assert unanswered.returncode == 1
+    assert "nothing changed: confirm with --yes" in " ".join(unanswered.stderr.split())
+    assert files_under(Path(settings.master_location)) == stored
+    reset = run_cli(settings, "batch", "reset-ingest", "--yes")
+    assert reset.returncode == 0, reset.stderr
+    table = {line.split()[0]: " ".join(line.split()[1:]) for line in reset.stdout.splitlines()
+             if line.strip().startswith(tuple(input_topics(settings)))}  # fmt: skip
+    topics = settings.topics
+    assert table == {  # read to, Kafka keeps, starts at, why
+        f"{topics.entries}-0": "10 13..14 earliest 3 records deleted before they were read",
+        f"{topics.exits}-0": "7 0..7 7 goes on where it was read to",
+        f"{topics.registrations}-0": "5 0..5 5 goes on where it was read to",
+        **{f"{topic}-1": "0 0..0 0 goes on where it was read to"
+           for topic in input_topics(settings)},
+    }  # fmt: skip
+
+    report = batch(spark, settings, D)
+    assert report.records_ingested == 1  # e7 alone: nothing stored is stored again
+    assert read_events(spark, settings, TOLL_ENTRY, ALL_DAYS).count() == len(ENTRIES) + 1
+    assert [row["booth_id"] for row in rows(settings, "booth_stats")] == ["b1", "b1", "b2", "b3"]
+
+
+@pytest.mark.slow
+def test_a_reset_ingest_deletes_what_a_batch_killed_before_its_commit_wrote(
+    kafka: Settings, spark: SparkSession, tmp_path: Path
+) -> None:
+    settings = isolated_settings(kafka, tmp_path)
+    send_days(settings)
+    batch(spark, settings, D)  # ingest batch 0
+    send(settings, settings.topics.entries, [NEW_ENTRY])
+    kill_at_failpoint(settings, "ingest_before_commit")  # batch 1 written, never committed
+    written = partitions(spark, events_location(settings, TOLL_ENTRY), EVENT_DATE)
+    assert {batch_id for _, batch_id in written} == {0, 1}
+    # then the broker's data is lost; the producers send e7 again
+    delete_topics(settings, input_topics(settings))
+    create_topics(settings)
+    send(settings, settings.topics.entries, [NEW_ENTRY])
+
+    reset = run_cli(settings, "batch", "reset-ingest", "--yes")
+    assert reset.returncode == 0, reset.stderr
+    said = " ".join(reset.stdout.split())
+    assert "whose batches are numbered from 1" in said
+    assert "It deletes the partitions of ingest batch(es) 1, which the old checkpoint began" in said
+    written = partitions(spark, events_location(settings, TOLL_ENTRY), EVENT_DATE)
+    assert {batch_id for _, batch_id in written} == {0}
+
+    report = batch(spark, settings, D)
+    assert report.records_ingested == 1
+    assert read_events(spark, settings, TOLL_ENTRY, ALL_DAYS).count() == len(ENTRIES) + 1
+    written = partitions(spark, events_location(settings, TOLL_ENTRY), EVENT_DATE)
+    assert {batch_id for _, batch_id in written} == {0, 1}
 
 
 @pytest.mark.slow

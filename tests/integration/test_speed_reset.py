@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 import time
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -25,9 +23,9 @@ from speed_layer import job
 from speed_layer.checkpoint import checkpoint_dir, reset
 from tests.integration.helpers import (
     entry_value,
-    environment_of,
     isolated_settings,
     read_all,
+    run_cli,
     send,
     speed_view,
 )
@@ -67,14 +65,6 @@ def wait_for_rows(tables: SpeedTables, expected: list[Row], timeout_s: float = 6
     return rows
 
 
-def lambdaline(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "lambdaline.cli", *args],
-        env={**environment_of(settings), "COLUMNS": "300"},
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-
-
 @pytest.mark.slow
 def test_a_reset_starts_the_speed_layer_over_with_a_new_window_and_the_api_follows(
     kafka: Settings, spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
@@ -96,13 +86,13 @@ def test_a_reset_starts_the_speed_layer_over_with_a_new_window_and_the_api_follo
         # deleting the checkpoint alone: the new job's micro-batch ids would start at 0
         # again under rows of higher ids, so `speed run` refuses before Spark starts
         shutil.rmtree(checkpoint_dir(settings))
-        refused = lambdaline(settings, "speed", "run", "--available-now")
+        refused = run_cli(settings, "speed", "run", "--available-now")
         assert refused.returncode == 1, refused.stderr
         said = " ".join(refused.stderr.split())
         assert f"error: the speed checkpoint {checkpoint_dir(settings)} is new" in said
         assert "Start the speed layer over with `lambdaline speed reset`" in said
 
-        reset = lambdaline(settings, "speed", "reset", "--yes")
+        reset = run_cli(settings, "speed", "reset", "--yes")
         assert reset.returncode == 0, reset.stderr
         assert "the speed-store topics are empty" in " ".join(reset.stdout.split())
         assert records_written(settings, speed_store_topics(settings)) == dict.fromkeys(
@@ -170,7 +160,7 @@ def test_input_topics_created_again_past_the_old_offsets_are_refused_not_skipped
 ) -> None:
     settings = isolated_settings(kafka, tmp_path_factory.mktemp("recreated"))
     send(settings, settings.topics.entries, ENTRIES)  # 5 records
-    first = lambdaline(settings, "speed", "run", "--available-now")
+    first = run_cli(settings, "speed", "run", "--available-now")
     assert first.returncode == 0, first.stderr
     recorded = json.loads((checkpoint_dir(settings) / "input_topic_ids.json").read_text())
     assert sorted(recorded) == sorted(input_topics(settings))
@@ -184,7 +174,7 @@ def test_input_topics_created_again_past_the_old_offsets_are_refused_not_skipped
         for n, at in enumerate(times)
     ])  # fmt: skip
 
-    refused = lambdaline(settings, "speed", "run", "--available-now")
+    refused = run_cli(settings, "speed", "run", "--available-now")
     assert refused.returncode == 1, refused.stderr
     said = " ".join(refused.stderr.split())
     entries = settings.topics.entries
