@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from pyspark.sql import SparkSession
 from rich import box
 from rich.console import Console
 from rich.table import Table
@@ -35,7 +36,7 @@ from shared.cron import check_cron
 from shared.events import format_instant
 from shared.kafka_admin import KafkaNotReadyError, kafka_answers, require_kafka
 from shared.logs import configure_logging
-from shared.settings import get_settings
+from shared.settings import Settings, get_settings
 from shared.streaming import KafkaDataLossError, QueryFailedError
 from shared.topic_ids import TopicsRecreatedError
 from shared.topics import input_topics
@@ -50,6 +51,16 @@ errors = Console(stderr=True, soft_wrap=True)
 def _fail(message: str) -> typer.Exit:
     errors.print(f"[red]error:[/red] {message}", highlight=False)
     return typer.Exit(1)
+
+
+def _spark_over_kafka(settings: Settings) -> SparkSession:
+    """The batch's Spark session, once the cluster answers and holds the input topics
+    (checked first: Spark's Kafka source would retry for minutes without saying why)."""
+    try:
+        require_kafka(settings, input_topics(settings))
+    except KafkaNotReadyError as error:
+        raise _fail(str(error)) from None
+    return batch_spark_session(settings)
 
 
 def _run_date(value: str | None) -> date:
@@ -141,11 +152,7 @@ def batch_run(
     configure_logging()
     settings = get_settings()
     # SIGTERM unwinds (lambdaline.cli.main): the lock is released, Spark stopped
-    try:
-        require_kafka(settings, input_topics(settings))
-    except KafkaNotReadyError as error:
-        raise _fail(str(error)) from None
-    spark = batch_spark_session(settings)
+    spark = _spark_over_kafka(settings)
     lookback = settings.batch_lookback_days if lookback_days is None else lookback_days
     try:
         report = run_batch(spark, settings, day, lookback)
@@ -248,11 +255,7 @@ def batch_reset_ingest(
     topics were created again or Kafka lost records the checkpoint points at."""
     configure_logging()
     settings = get_settings()
-    try:
-        require_kafka(settings, input_topics(settings))
-    except KafkaNotReadyError as error:
-        raise _fail(str(error)) from None
-    spark = batch_spark_session(settings)
+    spark = _spark_over_kafka(settings)
     try:
         with run_lock(settings.batch_store):
             reset = ingest_reset.plan(spark, settings)

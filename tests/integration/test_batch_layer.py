@@ -392,12 +392,19 @@ def files_under(folder: Path) -> dict[str, int]:
     return {str(path.relative_to(folder)): path.stat().st_size for path in folder.rglob("*")}
 
 
-def test_a_deleted_ingest_checkpoint_is_refused_before_anything_is_stored_twice(
-    kafka: Settings, spark: SparkSession, tmp_path: Path
-) -> None:
+@pytest.fixture
+def ingested_once(kafka: Settings, spark: SparkSession, tmp_path: Path) -> Settings:
+    """Topics of its own and one batch run for D over the input: ingest batch 0."""
     settings = isolated_settings(kafka, tmp_path)
     send_days(settings)
     batch(spark, settings, D)
+    return settings
+
+
+def test_a_deleted_ingest_checkpoint_is_refused_before_anything_is_stored_twice(
+    ingested_once: Settings, spark: SparkSession
+) -> None:
+    settings = ingested_once
     served = read_current(settings.batch_store)
     checkpoint = Path(ingest_checkpoint(settings))
     shutil.rmtree(checkpoint)  # as a user "cleaning up checkpoints" would
@@ -410,16 +417,23 @@ def test_a_deleted_ingest_checkpoint_is_refused_before_anything_is_stored_twice(
     assert read_current(settings.batch_store) == served
 
 
+def starts_table(settings: Settings, printed: str) -> dict[str, str]:
+    """`batch reset-ingest`'s table: each partition's row, its cells joined by spaces."""
+    return {
+        line.split()[0]: " ".join(line.split()[1:])
+        for line in printed.splitlines()
+        if line.strip().startswith(tuple(input_topics(settings)))
+    }
+
+
 NEW_ENTRY = (b"P7", entry_value("e7", "b3", "P7", "2026-01-05T14:00:00.000Z", "1.00"), "2026-01-05T14:00:00.100Z")  # fmt: skip
 
 
 @pytest.mark.slow
 def test_input_topics_created_again_are_refused_then_a_reset_ingest_goes_on_into_the_master(
-    kafka: Settings, spark: SparkSession, tmp_path: Path
+    ingested_once: Settings, spark: SparkSession
 ) -> None:
-    settings = isolated_settings(kafka, tmp_path)
-    send_days(settings)
-    batch(spark, settings, D)  # ingest batch 0
+    settings = ingested_once
     checkpoint = ingest_checkpoint(settings)
     recorded = json.loads((Path(checkpoint) / "input_topic_ids.json").read_text())
     assert sorted(recorded) == sorted(input_topics(settings))
@@ -446,8 +460,7 @@ def test_input_topics_created_again_are_refused_then_a_reset_ingest_goes_on_into
     send(settings, settings.topics.entries, [NEW_ENTRY])
     reset = run_cli(settings, "batch", "reset-ingest", "--yes")
     assert reset.returncode == 0, reset.stderr
-    table = {line.split()[0]: " ".join(line.split()[1:]) for line in reset.stdout.splitlines()
-             if line.strip().startswith(tuple(input_topics(settings)))}  # fmt: skip
+    table = starts_table(settings, reset.stdout)
     assert table == {  # read to, Kafka keeps, starts at, why
         f"{settings.topics.entries}-0": "10 0..11 earliest topic created again (new id)",
         f"{settings.topics.exits}-0": "7 0..7 earliest topic created again (new id)",
@@ -490,11 +503,9 @@ def test_input_topics_created_again_are_refused_then_a_reset_ingest_goes_on_into
 
 @pytest.mark.slow
 def test_records_deleted_before_the_ingest_read_them_stop_it_until_a_reset_ingest(
-    kafka: Settings, spark: SparkSession, tmp_path: Path
+    ingested_once: Settings, spark: SparkSession
 ) -> None:
-    settings = isolated_settings(kafka, tmp_path)
-    send_days(settings)
-    batch(spark, settings, D)  # toll.entries-0 read to offset 10
+    settings = ingested_once  # toll.entries-0 read to offset 10
     lost = [
         (f"L{n}".encode(), entry_value(f"l{n}", "b8", f"L{n}", at, "1.00"), at)
         for n, at in enumerate(["2026-01-05T15:00:00.000Z", "2026-01-05T15:01:00.000Z",
@@ -518,8 +529,7 @@ def test_records_deleted_before_the_ingest_read_them_stop_it_until_a_reset_inges
     assert files_under(Path(settings.master_location)) == stored
     reset = run_cli(settings, "batch", "reset-ingest", "--yes")
     assert reset.returncode == 0, reset.stderr
-    table = {line.split()[0]: " ".join(line.split()[1:]) for line in reset.stdout.splitlines()
-             if line.strip().startswith(tuple(input_topics(settings)))}  # fmt: skip
+    table = starts_table(settings, reset.stdout)
     topics = settings.topics
     assert table == {  # read to, Kafka keeps, starts at, why
         f"{topics.entries}-0": "10 13..14 earliest 3 records deleted before they were read",
@@ -537,11 +547,9 @@ def test_records_deleted_before_the_ingest_read_them_stop_it_until_a_reset_inges
 
 @pytest.mark.slow
 def test_a_reset_ingest_deletes_what_a_batch_killed_before_its_commit_wrote(
-    kafka: Settings, spark: SparkSession, tmp_path: Path
+    ingested_once: Settings, spark: SparkSession
 ) -> None:
-    settings = isolated_settings(kafka, tmp_path)
-    send_days(settings)
-    batch(spark, settings, D)  # ingest batch 0
+    settings = ingested_once
     send(settings, settings.topics.entries, [NEW_ENTRY])
     kill_at_failpoint(settings, "ingest_before_commit")  # batch 1 written, never committed
     written = partitions(spark, events_location(settings, TOLL_ENTRY), EVENT_DATE)
