@@ -34,11 +34,13 @@ from batch_layer.master import (
     START_FILE,
     IngestStart,
     MasterDatasetError,
+    check_ingest_checkpoint,
     dead_letters_location,
     events_location,
     ingest_checkpoint,
     ingest_start,
     last_ingest_batch,
+    newest_ingest_batch_begun,
     newest_spark_batch,
 )
 from batch_layer.recompute import read_inventory
@@ -113,7 +115,8 @@ class IngestResetPlan:
 def plan(spark: SparkSession, settings: Settings) -> IngestResetPlan:
     """What :func:`carry_out` will do, from the old checkpoint, the master dataset and Kafka.
 
-    Raises MasterDatasetError if there is no ingest checkpoint to go on from.
+    Raises MasterDatasetError if there is no ingest checkpoint to go on from, or it
+    does not know of every batch the master dataset holds (put back from an older copy).
     """
     checkpoint = ingest_checkpoint(settings)
     if not hadoop_files.glob(spark, f"{checkpoint}/*"):
@@ -133,10 +136,16 @@ def plan(spark: SparkSession, settings: Settings) -> IngestResetPlan:
     created_again = {
         item.topic for item in topic_ids.recreated(recorded, topic_ids.current(settings, topics))
     }
+    inventory = read_inventory(spark, settings)
+    # a checkpoint put back from an older copy knows of fewer batches than are stored:
+    # refused, or the stored batches it does not know would be deleted as uncommitted
+    check_ingest_checkpoint(
+        settings, inventory.newest_batch(), newest_ingest_batch_begun(spark, settings)
+    )
     committed = last_ingest_batch(spark, settings)
     # what the master dataset holds beyond it is deleted, so the numbers go on after it
     first_batch = 0 if committed is None else committed + 1
-    stored = read_inventory(spark, settings).parts.values()
+    stored = inventory.parts.values()
     uncommitted = sorted({batch for found in stored for _, batch in found if batch >= first_batch})
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     return IngestResetPlan(

@@ -35,6 +35,7 @@ from kafka import TopicPartition
 from pyspark.sql import SparkSession
 from rich.console import Console
 
+from batch_layer import ingest_reset
 from batch_layer.master import (
     EVENT_DATE,
     MasterDatasetError,
@@ -572,6 +573,26 @@ def test_a_reset_ingest_deletes_what_a_batch_killed_before_its_commit_wrote(
     assert read_events(spark, settings, TOLL_ENTRY, ALL_DAYS).count() == len(ENTRIES) + 1
     written = partitions(spark, events_location(settings, TOLL_ENTRY), EVENT_DATE)
     assert {batch_id for _, batch_id in written} == {0, 1}
+
+
+def test_a_reset_ingest_refuses_a_checkpoint_put_back_from_an_older_copy(
+    ingested_once: Settings, spark: SparkSession, tmp_path: Path
+) -> None:
+    settings = ingested_once
+    checkpoint = Path(ingest_checkpoint(settings))
+    shutil.copytree(checkpoint, tmp_path / "older")  # after ingest batch 0
+    send(settings, settings.topics.entries, [NEW_ENTRY])
+    batch(spark, settings, D)  # ingest batch 1
+    shutil.rmtree(checkpoint)
+    shutil.copytree(tmp_path / "older", checkpoint)
+    stored = files_under(Path(settings.master_location))
+
+    # taken as uncommitted, batch 1 would have been deleted
+    with pytest.raises(
+        MasterDatasetError, match=rf"ingest checkpoint {checkpoint} has begun only up to 0"
+    ):
+        ingest_reset.plan(spark, settings)
+    assert files_under(Path(settings.master_location)) == stored
 
 
 @pytest.mark.slow
