@@ -127,9 +127,9 @@ def plan(spark: SparkSession, settings: Settings) -> IngestResetPlan:
             f"this one, as {checkpoint}.replaced-*)"
         )
     topics = input_topics(settings)
-    recorded_text = hadoop_files.read_text(spark, f"{checkpoint}/{topic_ids.FILE_NAME}")
+    where = f"{checkpoint}/{topic_ids.FILE_NAME}"
+    recorded_text = hadoop_files.read_text(spark, where)
     try:
-        where = f"{checkpoint}/{topic_ids.FILE_NAME}"
         recorded = topic_ids.parse(recorded_text, where) if recorded_text else {}
     except ValueError as error:
         raise MasterDatasetError(str(error)) from None
@@ -189,8 +189,10 @@ def carry_out(spark: SparkSession, settings: Settings, reset: IngestResetPlan) -
     """Delete the uncommitted batches' partitions, set the old checkpoint aside and
     begin the new one with its :class:`IngestStart`.
 
-    In that order, a reset cut short leaves either the old checkpoint (run it
-    again) or none, which :func:`plan` and ``batch run`` refuse, naming the copy.
+    In that order, a reset cut short leaves the old checkpoint (run the reset
+    again), or a new one without its start, which ``batch run`` and :func:`plan`
+    refuse (:func:`batch_layer.master.check_ingest_checkpoint`); :func:`plan`
+    also names the copy set aside when there is no checkpoint at all.
     """
     for batch in reset.uncommitted:
         for location in _locations(settings):
