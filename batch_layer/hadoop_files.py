@@ -29,11 +29,6 @@ def glob(spark: SparkSession, pattern: str) -> list[str]:
     return [str(status.getPath().toString()) for status in (statuses or [])]
 
 
-def exists(spark: SparkSession, location: str) -> bool:
-    fs, path = filesystem(spark, location)
-    return bool(fs.exists(path))
-
-
 def read_text(spark: SparkSession, location: str) -> str | None:
     """A small file's text, or None if there is no such file."""
     fs, path = filesystem(spark, location)
