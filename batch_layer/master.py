@@ -271,17 +271,16 @@ def claim_input_topics(spark: SparkSession, settings: Settings, now: dict[str, s
 
     A checkpoint from before the ids were recorded (2026-11-25) is taken to match.
     """
-    location = f"{ingest_checkpoint(settings)}/{topic_ids.FILE_NAME}"
+    checkpoint = ingest_checkpoint(settings)
+    location = f"{checkpoint}/{topic_ids.FILE_NAME}"
     text = hadoop_files.read_text(spark, location)
-    if text is None:
-        hadoop_files.write_new(spark, location, topic_ids.render(now))
-        log_event(logger, "ingest_input_topic_ids", checkpoint=ingest_checkpoint(settings), **now)
-        return
     try:
-        recorded = topic_ids.parse(text, location)
-    except ValueError as error:
+        new = topic_ids.claim(text, now, location, f"the ingest checkpoint {checkpoint}")
+    except ValueError as error:  # unreadable; TopicsRecreatedError is the caller's
         raise MasterDatasetError(str(error)) from None
-    topic_ids.require_same(recorded, now, f"the ingest checkpoint {ingest_checkpoint(settings)}")
+    if new is not None:
+        hadoop_files.write_new(spark, location, new)
+        log_event(logger, "ingest_input_topic_ids", checkpoint=checkpoint, **now)
 
 
 def _write_partitions(frame: DataFrame, location: str, date_column: str) -> None:

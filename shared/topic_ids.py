@@ -79,6 +79,20 @@ def require_same(recorded: Mapping[str, str], now: Mapping[str, str], checkpoint
         )
 
 
+def claim(recorded: str | None, now: Mapping[str, str], where: str, checkpoint: str) -> str | None:
+    """Check a checkpoint's record of ids (the text of its file at ``where``, None if
+    it has none) against ``now``; return the text to record for a checkpoint without one.
+
+    Raises ValueError for a record that cannot be read and :class:`TopicsRecreatedError`
+    (see :func:`require_same`) for a changed id. A checkpoint from before the ids
+    were recorded (2026-11-25) gets them now: it is taken to match.
+    """
+    if recorded is None:
+        return render(now)
+    require_same(parse(recorded, where), now, checkpoint)
+    return None
+
+
 def parse(text: str, where: str) -> dict[str, str]:
     """The ids a checkpoint recorded, from the file's text; ValueError naming ``where``."""
     try:

@@ -129,17 +129,16 @@ def claim_input_topics(settings: Settings, now: Mapping[str, str]) -> None:
     (2026-11-25) is taken to match.
     """
     folder = checkpoint_dir(settings)
-    recorded_file = folder / topic_ids.FILE_NAME
-    if not recorded_file.exists():
-        folder.mkdir(parents=True, exist_ok=True)
-        replace_atomically(recorded_file, topic_ids.render(now))
-        log_event(logger, "speed_input_topic_ids", checkpoint=str(folder), **now)
-        return
+    recorded = folder / topic_ids.FILE_NAME
+    text = recorded.read_text(encoding="utf-8") if recorded.exists() else None
     try:
-        recorded = topic_ids.parse(recorded_file.read_text(encoding="utf-8"), str(recorded_file))
-    except ValueError as error:
+        new = topic_ids.claim(text, now, str(recorded), f"the speed checkpoint {folder}")
+    except ValueError as error:  # unreadable; TopicsRecreatedError is the caller's
         raise CheckpointError(str(error)) from None
-    topic_ids.require_same(recorded, now, f"the speed checkpoint {folder}")
+    if new is not None:
+        folder.mkdir(parents=True, exist_ok=True)
+        replace_atomically(recorded, new)
+        log_event(logger, "speed_input_topic_ids", checkpoint=str(folder), **now)
 
 
 def checkpoint_started(settings: Settings) -> bool:
