@@ -252,7 +252,8 @@ def batch_reset_ingest(
     yes: Annotated[bool, typer.Option("--yes", help="do not ask for confirmation")] = False,
 ) -> None:
     """Go on into the same master dataset with a new ingest checkpoint, after the input
-    topics were created again or Kafka lost records the checkpoint points at."""
+    topics were created again, Kafka lost records the checkpoint points at, or the
+    checkpoint was deleted or put back from an older copy."""
     configure_logging()
     settings = get_settings()
     spark = _spark_over_kafka(settings)
@@ -292,16 +293,22 @@ def _starts_table(reset: ingest_reset.IngestResetPlan) -> Table:
 
 
 def _what_reset_does(reset: ingest_reset.IngestResetPlan) -> str:
-    said = (
-        f"This sets the ingest checkpoint {reset.checkpoint} aside as {reset.aside} and begins "
-        f"a new one, whose batches are numbered from {reset.first_batch}, each partition "
-        "starting as above. The master dataset keeps everything it stored."
+    aside = (
+        f"sets the ingest checkpoint {reset.checkpoint} aside as {reset.aside} and begins a new one"
+        if reset.aside
+        else f"begins a new ingest checkpoint at {reset.checkpoint}"
     )
-    if reset.uncommitted:
-        batches = ", ".join(map(str, reset.uncommitted))
+    said = (
+        f"This {aside}, whose batches are numbered from {reset.first_batch}, each partition "
+        "starting as above (read to: what the master dataset's ingest log says its newest "
+        "batch had read). The master dataset keeps everything it stored."
+    )
+    if reset.unfinished:
+        batches = ", ".join(map(str, reset.unfinished))
         said += (
-            f" It deletes the partitions of ingest batch(es) {batches}, which the old checkpoint "
-            "began and never committed: the new one reads their records again."
+            f" It deletes the partitions of ingest batch {batches}, which a run stopped while "
+            "writing it (the ingest log has no entry for it): the new checkpoint reads its "
+            "records again."
         )
     return said
 

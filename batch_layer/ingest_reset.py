@@ -3,45 +3,42 @@
 The ingest's checkpoint holds Kafka offsets. When Kafka no longer has what they
 point at (the input topics deleted and created again, the broker's data lost,
 records deleted by retention before the ingest read them), every run stops:
-Spark's ``failOnDataLoss``, or :func:`shared.topic_ids.require_same`. The
-master dataset is the system's record and keeps all it stored, so it is not
-started over. Instead the old checkpoint is set aside and a new one begins:
+Spark's ``failOnDataLoss``, or :func:`shared.topic_ids.require_same`. Every run
+stops too when the checkpoint no longer knows every batch the master dataset
+stores (deleted, or put back from an older copy). The master dataset is the
+system's record and keeps all it stored, so it is not started over. Instead the
+old checkpoint is set aside and a new one begins from what the master dataset's
+ingest log (:mod:`batch_layer.ingest_log`) says it stores:
 
-- its batches are numbered after the newest the master dataset holds
+- its batches are numbered after the newest logged one
   (:class:`batch_layer.master.IngestStart`), so ``ingest_batch`` still only grows
   and the next run recomputes the dates its records touch;
-- each partition starts where the old checkpoint had read to, if Kafka still
-  has that offset and the topic is the one it read; else at the earliest offset
-  Kafka keeps (:func:`starting_offsets`), so nothing stored is stored again and
+- each partition starts where that batch had read to, if Kafka still has that
+  offset and the topic is the one it read; else at the earliest offset Kafka
+  keeps (:func:`starting_offsets`), so nothing stored is stored again and
   nothing Kafka still has is skipped;
-- partitions of a batch the old checkpoint began and never committed (a run
-  killed mid-batch) are deleted: a replay would have overwritten them, and the
-  new checkpoint reads their records again.
+- the partitions of a batch that no micro-batch finished writing (a run killed
+  mid-batch: the log has no entry for it) are deleted; the new checkpoint reads
+  their records again.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from pyspark.sql import SparkSession
 
-from batch_layer import hadoop_files
+from batch_layer import hadoop_files, ingest_log
 from batch_layer.master import (
     INGEST_BATCH,
     START_FILE,
     IngestStart,
     MasterDatasetError,
-    check_ingest_checkpoint,
     dead_letters_location,
     events_location,
     ingest_checkpoint,
-    ingest_start,
-    last_ingest_batch,
-    newest_ingest_batch_begun,
-    newest_spark_batch,
 )
 from batch_layer.recompute import read_inventory
 from shared import topic_ids
@@ -96,13 +93,13 @@ def starting_offsets(
 @dataclass(frozen=True)
 class IngestResetPlan:
     checkpoint: str
-    aside: str
-    """Where the old checkpoint is moved to."""
+    aside: str | None
+    """Where the old checkpoint is moved to (None: there is none)."""
     first_batch: int
     """The new checkpoint's first ingest batch."""
     starts: list[PartitionStart]
-    uncommitted: list[int]
-    """Ingest batches the old checkpoint began and never committed, deleted."""
+    unfinished: list[int]
+    """Ingest batches no micro-batch finished writing (not in the ingest log), deleted."""
 
     @property
     def start(self) -> IngestStart:
@@ -113,70 +110,46 @@ class IngestResetPlan:
 
 
 def plan(spark: SparkSession, settings: Settings) -> IngestResetPlan:
-    """What :func:`carry_out` will do, from the old checkpoint, the master dataset and Kafka.
+    """What :func:`carry_out` will do, from the master dataset's ingest log and Kafka.
 
-    Raises MasterDatasetError if there is no ingest checkpoint to go on from, or it
-    does not know of every batch the master dataset holds (put back from an older copy).
+    The old checkpoint, if there is one, is only set aside: the ingest log says
+    what the master dataset stores and what its batches had read to, whether
+    the checkpoint was deleted, put back from an older copy, or points at
+    records Kafka no longer has. Raises MasterDatasetError if there is nothing
+    to go on from, or the log does not account for the stored batches.
     """
     checkpoint = ingest_checkpoint(settings)
-    if not hadoop_files.glob(spark, f"{checkpoint}/*"):
+    has_checkpoint = bool(hadoop_files.glob(spark, f"{checkpoint}/*"))
+    inventory = read_inventory(spark, settings)
+    stored = {batch for found in inventory.parts.values() for _, batch in found}
+    if not has_checkpoint and not stored:
         raise MasterDatasetError(
-            f"there is no ingest checkpoint at {checkpoint} to go on from: a new one is made "
-            "by the next `lambdaline batch run` (if the master dataset holds ingest batches "
-            "already, put the old checkpoint back first; a reset cut short left it beside "
-            f"this one, as {checkpoint}.replaced-*)"
+            f"there is no ingest checkpoint at {checkpoint} and the master dataset stores "
+            "nothing: the next `lambdaline batch run` begins both"
         )
-    topics = input_topics(settings)
-    where = f"{checkpoint}/{topic_ids.FILE_NAME}"
-    recorded_text = hadoop_files.read_text(spark, where)
+    logged = ingest_log.logged_batches(spark, settings)
     try:
-        recorded = topic_ids.parse(recorded_text, where) if recorded_text else {}
+        unfinished = ingest_log.unfinished(stored, logged)
+        newest = ingest_log.read_entry(spark, settings, max(logged)) if logged else None
     except ValueError as error:
         raise MasterDatasetError(str(error)) from None
+    topics = input_topics(settings)
     created_again = {
-        item.topic for item in topic_ids.recreated(recorded, topic_ids.current(settings, topics))
+        item.topic
+        for item in topic_ids.recreated(
+            newest.topic_ids if newest else {}, topic_ids.current(settings, topics)
+        )
     }
-    inventory = read_inventory(spark, settings)
-    # a checkpoint put back from an older copy knows of fewer batches than are stored:
-    # refused, or the stored batches it does not know would be deleted as uncommitted
-    check_ingest_checkpoint(
-        settings, inventory.newest_batch(), newest_ingest_batch_begun(spark, settings)
-    )
-    committed = last_ingest_batch(spark, settings)
-    # what the master dataset holds beyond it is deleted, so the numbers go on after it
-    first_batch = 0 if committed is None else committed + 1
-    stored = inventory.parts.values()
-    uncommitted = sorted({batch for found in stored for _, batch in found if batch >= first_batch})
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     return IngestResetPlan(
         checkpoint=checkpoint,
-        aside=f"{checkpoint}.replaced-{stamp}",
-        first_batch=first_batch,
+        aside=f"{checkpoint}.replaced-{stamp}" if has_checkpoint else None,
+        first_batch=newest.batch + 1 if newest else 0,
         starts=starting_offsets(
-            _read_to(spark, settings), offset_bounds(settings, topics), created_again
+            newest.read_to if newest else {}, offset_bounds(settings, topics), created_again
         ),
-        uncommitted=uncommitted,
+        unfinished=unfinished,
     )
-
-
-def _read_to(spark: SparkSession, settings: Settings) -> dict[str, dict[int, int]]:
-    """The offsets the old checkpoint's newest committed micro-batch read to (if it
-    committed none: the offsets it was to start from)."""
-    newest = newest_spark_batch(spark, settings, "commits")
-    if newest is None:
-        offsets = ingest_start(spark, settings).starting_offsets or {}
-        return {
-            topic: {int(p): at for p, at in numbers.items() if at >= 0}
-            for topic, numbers in offsets.items()
-        }
-    location = f"{ingest_checkpoint(settings)}/offsets/{newest}"
-    text = hadoop_files.read_text(spark, location) or ""
-    # Spark's offset log: a version line, the batch's metadata, then a line per source
-    try:
-        source = json.loads(text.splitlines()[-1])
-        return {topic: {int(p): int(n) for p, n in read.items()} for topic, read in source.items()}
-    except (ValueError, IndexError, AttributeError) as error:
-        raise MasterDatasetError(f"cannot read Spark's offset log {location} ({error})") from None
 
 
 def _locations(settings: Settings) -> list[str]:
@@ -186,17 +159,17 @@ def _locations(settings: Settings) -> list[str]:
 
 
 def carry_out(spark: SparkSession, settings: Settings, reset: IngestResetPlan) -> None:
-    """Delete the uncommitted batches' partitions, set the old checkpoint aside and
+    """Delete the unfinished batch's partitions, set the old checkpoint aside and
     begin the new one with its :class:`IngestStart`.
 
-    In that order, a reset cut short leaves the old checkpoint (run the reset
-    again), or a new one without its start, which ``batch run`` and :func:`plan`
-    refuse (:func:`batch_layer.master.check_ingest_checkpoint`); :func:`plan`
-    also names the copy set aside when there is no checkpoint at all.
+    In that order, a reset cut short leaves the old checkpoint or none, which
+    ``batch run`` refuses (:func:`batch_layer.master.check_ingest_checkpoint`);
+    the reset run again goes on from the ingest log all the same.
     """
-    for batch in reset.uncommitted:
+    for batch in reset.unfinished:
         for location in _locations(settings):
             for folder in hadoop_files.glob(spark, f"{location}/*/{INGEST_BATCH}={batch}"):
                 hadoop_files.delete(spark, folder)
-    hadoop_files.rename(spark, reset.checkpoint, reset.aside)
+    if reset.aside is not None:
+        hadoop_files.rename(spark, reset.checkpoint, reset.aside)
     hadoop_files.write_new(spark, f"{reset.checkpoint}/{START_FILE}", reset.start.render())

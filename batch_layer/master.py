@@ -6,6 +6,8 @@ Layout under ``settings.master_location`` (a local path or any Hadoop URL)::
     topic=toll.exits/...
     topic=vehicle.registrations/...
     dead_letters/record_date=2026-11-21/ingest_batch=3/part-*.parquet
+    _ingest_log/3.json            batch 3 is stored whole, and what it had read to
+                                  (batch_layer.ingest_log)
     _checkpoints/ingest/          the ingest query's Structured Streaming checkpoint,
                                   with input_topic_ids.json (shared.topic_ids) and,
                                   after `batch reset-ingest`, ingest_start.json
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import date
 
@@ -37,7 +39,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from batch_layer import hadoop_files
+from batch_layer import hadoop_files, ingest_log
 from shared import topic_ids
 from shared.events import EVENT_TYPES, EventType
 from shared.failpoints import failpoint
@@ -259,9 +261,8 @@ def check_ingest_checkpoint(settings: Settings, stored: int | None, begun: int |
         f"the master dataset at {settings.master_location} holds ingest micro-batches up to "
         f"{stored}, but its ingest checkpoint {checkpoint} {has}: was the checkpoint deleted "
         "or put back from an older copy? Ingesting now would store records a second time. "
-        "Put the checkpoint back, or start the master dataset over by deleting "
-        f"{settings.master_location} (the next run ingests what the input topics still "
-        "hold; records older than their retention would be lost)"
+        "Put the checkpoint back, or run `lambdaline batch reset-ingest`: it begins a new "
+        "checkpoint where the master dataset's ingest log says the stored batches had read to"
     )
 
 
@@ -301,10 +302,16 @@ def _count_rows(spark: SparkSession, location: str, schema: T.StructType, batch_
 
 
 def _ingest_batch(
-    settings: Settings, first_batch: int, on_batch: Callable[[IngestedBatch], None] | None
+    settings: Settings,
+    first_batch: int,
+    input_topic_ids: Mapping[str, str],
+    on_batch: Callable[[IngestedBatch], None] | None,
 ) -> Callable[[DataFrame, int], None]:
     def write(batch: DataFrame, spark_batch_id: int) -> None:
         batch_id = first_batch + spark_batch_id  # the master dataset's numbering
+        spark = batch.sparkSession
+        # run again after a crash, the batch is not whole until it is logged again
+        ingest_log.forget(spark, settings, batch_id)
         # decode once: every output below is a filter of this one persisted frame
         classified = classify_records(batch, settings.topics, settings.max_future_skew).persist()
         try:
@@ -324,10 +331,15 @@ def _ingest_batch(
             )
             location = dead_letters_location(settings)
             _write_partitions(dead_letters, location, RECORD_DATE)
-            spark = batch.sparkSession
             dead = _count_rows(spark, location, MASTER_DEAD_LETTER_SCHEMA, batch_id)
         finally:
             classified.unpersist()
+        failpoint("ingest_before_log")
+        # Spark logged this micro-batch's offsets before it ran it
+        offsets = f"{ingest_checkpoint(settings)}/offsets/{spark_batch_id}"
+        read_to = ingest_log.spark_offsets(hadoop_files.read_text(spark, offsets) or "", offsets)
+        logged = ingest_log.LoggedBatch(batch_id, read_to, dict(input_topic_ids), records, dead)
+        ingest_log.write(spark, settings, logged)
         failpoint("ingest_before_commit")
         ingested = IngestedBatch(batch_id, records, dead)
         log_event(
@@ -342,12 +354,14 @@ def _ingest_batch(
 def ingest(
     spark: SparkSession,
     settings: Settings,
+    input_topic_ids: Mapping[str, str],
     on_batch: Callable[[IngestedBatch], None] | None = None,
 ) -> list[IngestedBatch]:
     """Copy every Kafka record not yet in the master dataset into it, then return.
 
-    One ``Trigger.AvailableNow`` query over the three input topics; the
-    micro-batches it ran (none if Kafka holds nothing new) are returned.
+    One ``Trigger.AvailableNow`` query over the three input topics, whose ids
+    (:func:`claim_input_topics`) each batch's entry in the ingest log records;
+    the micro-batches it ran (none if Kafka holds nothing new) are returned.
     """
     # a record Kafka already deleted (retention) is gone for good: say so and stop
     reader = kafka_stream(spark, settings, input_topics(settings)).option("failOnDataLoss", "true")
@@ -369,7 +383,11 @@ def ingest(
         query = (
             reader.load()
             .writeStream.queryName("batch.ingest")
-            .foreachBatch(brief_java_errors(_ingest_batch(settings, start.first_batch, collect)))
+            .foreachBatch(
+                brief_java_errors(
+                    _ingest_batch(settings, start.first_batch, input_topic_ids, collect)
+                )
+            )
             .option("checkpointLocation", ingest_checkpoint(settings))
             .trigger(availableNow=True)
             .start()

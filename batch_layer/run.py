@@ -177,7 +177,7 @@ def run_batch(
                     f"in {report.ingest_batches} micro-batches",
                 )
 
-            master.ingest(spark, settings, on_batch=ingested)
+            master.ingest(spark, settings, now, on_batch=ingested)
             ingest_batch = master.last_ingest_batch(spark, settings)
 
         # recompute: the dates this version must replace, by the shared views

@@ -4,9 +4,11 @@ A test sets ``$LAMBDALINE_FAILPOINT`` to one point's name, starts the run in a
 process group of its own, waits for the ``failpoint_reached`` log line and
 kills the group. The points:
 
-- ``ingest_before_commit``: an ingest micro-batch has written its partitions
-  of the master dataset, and Spark has not yet committed it
+- ``ingest_before_log``: an ingest micro-batch has written its partitions of
+  the master dataset, and not yet its entry in the ingest log
   (:mod:`batch_layer.master`).
+- ``ingest_before_commit``: it has written both, and Spark has not yet
+  committed it.
 - ``publish_tables``: the new version's tables are being written
   (:mod:`batch_layer.publish`).
 - ``publish_before_pointer``: the version file is in place, ``CURRENT`` not
@@ -24,7 +26,9 @@ from shared.settings import FAILPOINT_ENV
 
 logger = logging.getLogger("lambdaline.failpoints")
 
-FAILPOINTS = frozenset({"ingest_before_commit", "publish_tables", "publish_before_pointer"})
+FAILPOINTS = frozenset(
+    {"ingest_before_log", "ingest_before_commit", "publish_tables", "publish_before_pointer"}
+)
 
 
 def failpoint(name: str) -> None:

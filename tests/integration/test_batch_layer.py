@@ -402,10 +402,24 @@ def ingested_once(kafka: Settings, spark: SparkSession, tmp_path: Path) -> Setti
     return settings
 
 
-def test_a_deleted_ingest_checkpoint_is_refused_before_anything_is_stored_twice(
+def test_a_deleted_ingest_checkpoint_is_refused_then_a_reset_ingest_goes_on_from_the_log(
     ingested_once: Settings, spark: SparkSession
 ) -> None:
     settings = ingested_once
+    recorded = json.loads((Path(ingest_checkpoint(settings)) / "input_topic_ids.json").read_text())
+    # the master dataset logs batch 0 as stored whole, with what it had read
+    logged = json.loads(Path(f"{settings.master_location}/_ingest_log/0.json").read_text())
+    topics = settings.topics
+    assert logged == {
+        "batch": 0,
+        "read_to": {  # send() writes to partition 0: 6 entries + 4 malformed, 7 exits, 5
+            topics.entries: {"0": 10, "1": 0}, topics.exits: {"0": 7, "1": 0},
+            topics.registrations: {"0": 5, "1": 0},
+        },
+        "topic_ids": recorded,
+        "records": len(ENTRIES + MALFORMED + EXITS + REGISTRATIONS),
+        "dead_letters": len(MALFORMED),
+    }  # fmt: skip
     served = read_current(settings.batch_store)
     checkpoint = Path(ingest_checkpoint(settings))
     shutil.rmtree(checkpoint)  # as a user "cleaning up checkpoints" would
@@ -416,6 +430,26 @@ def test_a_deleted_ingest_checkpoint_is_refused_before_anything_is_stored_twice(
         batch(spark, settings, D)
     assert files_under(Path(settings.master_location)) == stored
     assert read_current(settings.batch_store) == served
+
+    send(settings, topics.entries, [NEW_ENTRY])
+    reset = run_cli(settings, "batch", "reset-ingest", "--yes")
+    assert reset.returncode == 0, reset.stderr
+    assert starts_table(settings, reset.stdout) == {  # read to, Kafka keeps, starts at, why
+        f"{topics.entries}-0": "10 0..11 10 goes on where it was read to",
+        f"{topics.exits}-0": "7 0..7 7 goes on where it was read to",
+        f"{topics.registrations}-0": "5 0..5 5 goes on where it was read to",
+        **{f"{topic}-1": "0 0..0 0 goes on where it was read to"
+           for topic in input_topics(settings)},
+    }  # fmt: skip
+    said = " ".join(reset.stdout.split())
+    assert f"This begins a new ingest checkpoint at {checkpoint}, whose batches are numbered from 1" in said  # fmt: skip
+
+    report = batch(spark, settings, D)
+    assert report.records_ingested == 1  # e7 alone: nothing stored is stored again
+    assert read_events(spark, settings, TOLL_ENTRY, ALL_DAYS).count() == len(ENTRIES) + 1
+    written = partitions(spark, events_location(settings, TOLL_ENTRY), EVENT_DATE)
+    assert {batch_id for _, batch_id in written} == {0, 1}
+    assert [row["booth_id"] for row in rows(settings, "booth_stats")] == ["b1", "b1", "b2", "b3"]
 
 
 def starts_table(settings: Settings, printed: str) -> dict[str, str]:
@@ -547,12 +581,12 @@ def test_records_deleted_before_the_ingest_read_them_stop_it_until_a_reset_inges
 
 
 @pytest.mark.slow
-def test_a_reset_ingest_deletes_what_a_batch_killed_before_its_commit_wrote(
+def test_a_reset_ingest_deletes_what_a_batch_killed_while_writing_wrote(
     ingested_once: Settings, spark: SparkSession
 ) -> None:
     settings = ingested_once
     send(settings, settings.topics.entries, [NEW_ENTRY])
-    kill_at_failpoint(settings, "ingest_before_commit")  # batch 1 written, never committed
+    kill_at_failpoint(settings, "ingest_before_log")  # batch 1 written, never logged
     written = partitions(spark, events_location(settings, TOLL_ENTRY), EVENT_DATE)
     assert {batch_id for _, batch_id in written} == {0, 1}
     # then the broker's data is lost; the producers send e7 again
@@ -564,7 +598,9 @@ def test_a_reset_ingest_deletes_what_a_batch_killed_before_its_commit_wrote(
     assert reset.returncode == 0, reset.stderr
     said = " ".join(reset.stdout.split())
     assert "whose batches are numbered from 1" in said
-    assert "It deletes the partitions of ingest batch(es) 1, which the old checkpoint began" in said
+    assert (
+        "It deletes the partitions of ingest batch 1, which a run stopped while writing it" in said
+    )
     written = partitions(spark, events_location(settings, TOLL_ENTRY), EVENT_DATE)
     assert {batch_id for _, batch_id in written} == {0}
 
@@ -575,24 +611,30 @@ def test_a_reset_ingest_deletes_what_a_batch_killed_before_its_commit_wrote(
     assert {batch_id for _, batch_id in written} == {0, 1}
 
 
-def test_a_reset_ingest_refuses_a_checkpoint_put_back_from_an_older_copy(
+def test_a_checkpoint_put_back_from_an_older_copy_is_set_aside_by_a_reset_ingest(
     ingested_once: Settings, spark: SparkSession, tmp_path: Path
 ) -> None:
     settings = ingested_once
     checkpoint = Path(ingest_checkpoint(settings))
     shutil.copytree(checkpoint, tmp_path / "older")  # after ingest batch 0
     send(settings, settings.topics.entries, [NEW_ENTRY])
-    batch(spark, settings, D)  # ingest batch 1
+    batch(spark, settings, D)  # ingest batch 1: e7, to offset 11
     shutil.rmtree(checkpoint)
     shutil.copytree(tmp_path / "older", checkpoint)
-    stored = files_under(Path(settings.master_location))
+    with pytest.raises(MasterDatasetError, match=rf"ingest checkpoint {checkpoint} has begun only up to 0"):  # fmt: skip
+        batch(spark, settings, D)
 
-    # taken as uncommitted, batch 1 would have been deleted
-    with pytest.raises(
-        MasterDatasetError, match=rf"ingest checkpoint {checkpoint} has begun only up to 0"
-    ):
-        ingest_reset.plan(spark, settings)
-    assert files_under(Path(settings.master_location)) == stored
+    # batch 1 is in the ingest log: kept, and read from where it had read to
+    reset = ingest_reset.plan(spark, settings)
+    assert (reset.first_batch, reset.unfinished) == (2, [])
+    starts = {(item.topic, item.partition): item.starts_at for item in reset.starts}
+    assert starts[(settings.topics.entries, 0)] == 11
+    assert reset.aside is not None
+    ingest_reset.carry_out(spark, settings, reset)
+    assert (Path(reset.aside) / "commits" / "0").exists()  # the older copy, set aside
+
+    assert batch(spark, settings, D).records_ingested == 0
+    assert read_events(spark, settings, TOLL_ENTRY, ALL_DAYS).count() == len(ENTRIES) + 1
 
 
 @pytest.mark.slow
@@ -603,14 +645,21 @@ def test_kill_9_between_an_ingest_write_and_its_commit_loses_and_doubles_nothing
     send_days(settings)
     kill_at_failpoint(settings, "ingest_before_commit")
 
-    # micro-batch 0 wrote its partitions of the master dataset; Spark never committed it
+    # micro-batch 0 wrote its partitions of the master dataset and logged them whole;
+    # Spark never committed it
     assert last_ingest_batch(spark, settings) is None
+    log = Path(f"{settings.master_location}/_ingest_log")
+    assert sorted(path.name for path in log.glob("*.json")) == ["0.json"]
     written = partitions(spark, events_location(settings, TOLL_ENTRY), EVENT_DATE)
     assert {batch_id for _, batch_id in written} == {0}
     assert read_current(settings.batch_store) is None
 
     report = batch(spark, settings, D)  # replays micro-batch 0 over its own partitions
     assert report.records_ingested == len(ENTRIES + MALFORMED + EXITS + REGISTRATIONS)
+    assert sorted(path.name for path in log.glob("*.json")) == ["0.json"]  # logged again
+    assert json.loads((log / "0.json").read_text())["records"] == len(
+        ENTRIES + MALFORMED + EXITS + REGISTRATIONS
+    )
     master = {
         event_type.name: read_events(spark, settings, event_type, ALL_DAYS).count()
         for event_type in EVENT_TYPES
