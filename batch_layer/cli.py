@@ -12,7 +12,7 @@ import typer
 from pyspark.sql import SparkSession
 from rich import box
 from rich.console import Console
-from rich.table import Table
+from rich.table import Column, Table
 
 from batch_layer import ingest_reset
 from batch_layer.master import MasterDatasetError
@@ -280,7 +280,11 @@ def batch_reset_ingest(
 
 
 def _starts_table(reset: ingest_reset.IngestResetPlan) -> Table:
-    table = Table("partition", "read to", "Kafka keeps", "starts at", "why", box=box.SIMPLE)
+    # on a narrow terminal (or none: 80 columns) the reason wraps, never a partition's name
+    table = Table(
+        Column("partition", no_wrap=True), "read to", "Kafka keeps", "starts at", "why",
+        box=box.SIMPLE,
+    )  # fmt: skip
     for item in reset.starts:
         table.add_row(
             f"{item.topic}-{item.partition}",
