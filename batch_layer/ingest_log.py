@@ -80,13 +80,15 @@ def _count(value: object) -> int:
     return value
 
 
-def spark_offsets(text: str, where: str) -> dict[str, dict[int, int]]:
+def spark_offsets(text: str | None, where: str) -> dict[str, dict[int, int]]:
     """The Kafka offsets in an entry of Spark's offset log (a checkpoint's ``offsets/<id>``).
 
     The entry is a version line, the micro-batch's metadata, then one line per
     source; the ingest has one, Spark's Kafka source: ``{"topic": {"0": 42}}``.
-    ValueError naming ``where`` if it is not such an entry.
+    ValueError naming ``where`` if it is missing (``text`` None) or not such an entry.
     """
+    if text is None:
+        raise ValueError(f"Spark's offset log has no entry {where}")
     try:
         source = json.loads(text.splitlines()[-1])
         return {

@@ -120,8 +120,7 @@ def plan(spark: SparkSession, settings: Settings) -> IngestResetPlan:
     """
     checkpoint = ingest_checkpoint(settings)
     has_checkpoint = bool(hadoop_files.glob(spark, f"{checkpoint}/*"))
-    inventory = read_inventory(spark, settings)
-    stored = {batch for found in inventory.parts.values() for _, batch in found}
+    stored = read_inventory(spark, settings).batches()
     if not has_checkpoint and not stored:
         raise MasterDatasetError(
             f"there is no ingest checkpoint at {checkpoint} and the master dataset stores "

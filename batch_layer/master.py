@@ -212,7 +212,7 @@ def ingest_start(spark: SparkSession, settings: Settings) -> IngestStart:
 def last_ingest_batch(spark: SparkSession, settings: Settings) -> int | None:
     """The newest ingest batch the checkpoint has committed (the master dataset's
     numbering), or None."""
-    return _newest_logged(spark, settings, "commits")
+    return _newest_in_checkpoint(spark, settings, "commits")
 
 
 def newest_ingest_batch_begun(spark: SparkSession, settings: Settings) -> int | None:
@@ -221,13 +221,13 @@ def newest_ingest_batch_begun(spark: SparkSession, settings: Settings) -> int | 
     Spark logs a micro-batch's offsets before it runs it, so no partition of the
     master dataset can have a newer ``ingest_batch`` than this.
     """
-    return _newest_logged(spark, settings, "offsets")
+    return _newest_in_checkpoint(spark, settings, "offsets")
 
 
-def _newest_logged(spark: SparkSession, settings: Settings, log: str) -> int | None:
+def _newest_in_checkpoint(spark: SparkSession, settings: Settings, log: str) -> int | None:
     """The newest batch in one of the ingest checkpoint's logs (``offsets``, ``commits``),
     numbered as the master dataset numbers them: after a reset, the batches stored
-    before it count as logged."""
+    before it count as in that log."""
     newest = newest_spark_batch(spark, settings, log)
     first = ingest_start(spark, settings).first_batch
     if newest is None:
@@ -337,7 +337,7 @@ def _ingest_batch(
         failpoint("ingest_before_log")
         # Spark logged this micro-batch's offsets before it ran it
         offsets = f"{ingest_checkpoint(settings)}/offsets/{spark_batch_id}"
-        read_to = ingest_log.spark_offsets(hadoop_files.read_text(spark, offsets) or "", offsets)
+        read_to = ingest_log.spark_offsets(hadoop_files.read_text(spark, offsets), offsets)
         logged = ingest_log.LoggedBatch(batch_id, read_to, dict(input_topic_ids), records, dead)
         ingest_log.write(spark, settings, logged)
         failpoint("ingest_before_commit")

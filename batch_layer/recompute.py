@@ -39,9 +39,13 @@ class Inventory:
 
     parts: Mapping[str, frozenset[tuple[date, int]]]
 
+    def batches(self) -> set[int]:
+        """The ingest batches any part holds."""
+        return {batch for found in self.parts.values() for _, batch in found}
+
     def newest_batch(self) -> int | None:
         """The newest ingest batch any part holds (None: the master dataset is empty)."""
-        return max((batch for found in self.parts.values() for _, batch in found), default=None)
+        return max(self.batches(), default=None)
 
     def dates(self) -> set[date]:
         return {day for found in self.parts.values() for day, _ in found}

@@ -132,6 +132,8 @@ def test_the_offsets_of_a_spark_offset_log_entry() -> None:
     }
     with pytest.raises(ValueError, match=r"^cannot read Spark's offset log offsets/0 \("):
         spark_offsets("", "offsets/0")
+    with pytest.raises(ValueError, match=r"^Spark's offset log has no entry offsets/0$"):
+        spark_offsets(None, "offsets/0")
 
 
 @pytest.mark.parametrize(
