@@ -50,7 +50,7 @@ import pyarrow as pa
 
 from batch_layer.publish import empty_store_tables, publish_version
 from lambdaline.bench.load import open_loop
-from lambdaline.bench.measure import cpu_seconds_of_tree, percentile
+from lambdaline.bench.measure import cpu_seconds_of_tree, own_cpu_seconds, percentile
 from lambdaline.kafka_broker import ephemeral_broker, free_port
 from lambdaline.processes import exit_on_signals, stop_process, wait_until_answers
 from shared.batch_store import version_file
@@ -286,18 +286,21 @@ def main() -> None:
             print(
                 f"{'offered req/s':>14}{'served req/s':>14}{'p50 ms':>9}{'p99 ms':>9}"
                 f"{'errors':>8}{'cache hits':>12}{'server CPU ms/req':>19}"
+                f"{'client CPU ms/req':>19}"
             )
             for rate in (float(r) for r in args.rates.split(",")):
-                cpu_before = cpu_seconds_of_tree(server.pid)
+                cpu_before, client_before = cpu_seconds_of_tree(server.pid), own_cpu_seconds()
                 result = open_loop(port, API_KEY, booth_day, rate, args.seconds, ok=full_day)
                 server_cpu = cpu_seconds_of_tree(server.pid) - cpu_before
+                client_cpu = own_cpu_seconds() - client_before
                 latencies, errors, wall = result.latencies_s, result.errors, result.wall_s
                 p50, p99 = percentile(latencies, 0.5), percentile(latencies, 0.99)
                 print(
                     f"{rate:>14,.0f}{len(latencies) / wall:>14,.0f}"
                     f"{p50 * 1000:>9.1f}{p99 * 1000:>9.1f}{errors:>8}"
                     f"{result.cache_hits / max(len(latencies), 1):>12.0%}"
-                    f"{server_cpu / max(len(latencies), 1) * 1000:>19.2f}",
+                    f"{server_cpu / max(len(latencies), 1) * 1000:>19.2f}"
+                    f"{client_cpu / max(len(latencies), 1) * 1000:>19.2f}",
                     flush=True,
                 )
         finally:

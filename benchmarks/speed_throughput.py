@@ -60,6 +60,7 @@ from lambdaline.bench.measure import (
     cpu_seconds_of_tree,
     own_cpu_seconds,
     percentile,
+    speed_cpu_model,
     speed_verdict,
 )
 from lambdaline.generator import GeneratorConfig, send_to_kafka
@@ -71,6 +72,8 @@ from shared.topics import input_topics, speed_topic
 
 RECORDS_PER_ENTRY = 2.05  # entries, exits, registrations, 1 % duplicates, 1 % malformed
 TRIP_MEDIAN = timedelta(seconds=10)
+GOAL_EVENTS_PER_S = 50_000
+"""The speed issue's goal for the sustainable input rate on this 2-core machine."""
 
 
 def _read(settings: Settings, topic: str) -> list[Any]:
@@ -112,22 +115,26 @@ def _ms(text: str) -> float:
 
 
 def measure_step(settings: Settings, rate: int, seconds: int, job_pid: int) -> dict[str, Any]:
-    """Stream at `rate` records/s for `seconds`, then read what the speed job reported."""
+    """Stream at `rate` records/s for `seconds` (0: send nothing, the idle step), then
+    read what the speed job reported."""
     start = datetime.now(UTC)
-    config = GeneratorConfig(
-        events=int(rate * seconds / RECORDS_PER_ENTRY), seed=rate, start=start,
-        traffic=rate / RECORDS_PER_ENTRY, speedup=1.0, late=0.0, plates=5000,
-        # trips of seconds, not the default's 12 minutes, so that exits flow within
-        # the step (and the trip join matches); exits still due at its end are not sent
-        trip_median=TRIP_MEDIAN, duration=timedelta(seconds=seconds),
-    )  # fmt: skip
     broker_pid = status(settings).pid
     if broker_pid is None:
         raise RuntimeError(f"the benchmark's broker at {settings.kafka_bootstrap} is not running")
     cpu_before = _cpu_seconds(job_pid, broker_pid)
     sent_before = {topic: _end_offsets(settings, topic) for topic in input_topics(settings)}
     step_began = time.time() * 1000
-    send_to_kafka(config, settings)
+    if rate:
+        config = GeneratorConfig(
+            events=int(rate * seconds / RECORDS_PER_ENTRY), seed=rate, start=start,
+            traffic=rate / RECORDS_PER_ENTRY, speedup=1.0, late=0.0, plates=5000,
+            # trips of seconds, not the default's 12 minutes, so that exits flow within
+            # the step (and the trip join matches); exits still due at its end are not sent
+            trip_median=TRIP_MEDIAN, duration=timedelta(seconds=seconds),
+        )  # fmt: skip
+        send_to_kafka(config, settings)
+    else:
+        time.sleep(seconds)
     time.sleep(5)  # let the last micro-batches report
     step_ended = time.time() * 1000
     cpu_after = _cpu_seconds(job_pid, broker_pid)
@@ -207,7 +214,10 @@ def measure_step(settings: Settings, rate: int, seconds: int, job_pid: int) -> d
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rates", default="500,1000,2000", help="records/s, comma-separated")
+    parser.add_argument(
+        "--rates", default="1000,1000,2000,3000",
+        help="records/s, comma-separated (the first step also warms the JIT up; 0: send nothing)",
+    )  # fmt: skip
     parser.add_argument("--seconds", type=int, default=60, help="duration of each rate step")
     args = parser.parse_args()
     exit_on_signals()  # SIGTERM (`timeout`) runs the clean-up: the broker and jobs stop
@@ -262,6 +272,20 @@ def main() -> None:
           f"{up_to(verdict['kept_up'])}")  # fmt: skip
     print(f"sustainable (kept up, and micro-batch p99 within each query's trigger): "
           f"{up_to(verdict['sustainable'])}")  # fmt: skip
+    model = speed_cpu_model(results, lookup_trigger_s, GOAL_EVENTS_PER_S)
+    if model is None:
+        print("CPU model: needs two rates kept up with after the first step (the JIT's warm-up)")
+        return
+    fixed, per_record = model["fixed_cores"], model["cpu_ms_per_record"]
+    rates = ", ".join(f"{rate:,}" for rate in model["from_steps_sent_records_per_s"])
+    print(
+        f"CPU model (a line through the steps kept up with after the first, sending {rates} "
+        f"records/s): the speed job {fixed['speed_job']} cores whatever the rate + "
+        f"{per_record['speed_job']} CPU-ms per record, the broker {fixed['broker']} + "
+        f"{per_record['broker']}, the generator {fixed['generator']} + "
+        f"{per_record['generator']}: {GOAL_EVENTS_PER_S:,} records/s would need "
+        f"{model['cores_needed_at_target']} cores (this machine has {os.cpu_count()})"
+    )
 
 
 if __name__ == "__main__":

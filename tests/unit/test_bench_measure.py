@@ -1,10 +1,10 @@
-"""The benchmark's verdict on which steps the speed job kept up with."""
+"""The speed benchmark's verdict on which steps the job kept up with, and its CPU model."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from lambdaline.bench.measure import speed_verdict
+from lambdaline.bench.measure import speed_cpu_model, speed_verdict
 
 TRIGGER_S, LOOKUP_TRIGGER_S = 1.0, 10.0
 
@@ -74,3 +74,48 @@ def test_sustainable_needs_the_lookups_within_their_trigger_too() -> None:
 
 def test_no_step_kept_up() -> None:
     assert verdict([step(3000, 5000, 0.5)]) == {"kept_up": None, "sustainable": None}
+
+
+def with_cpu(step_: dict[str, Any], job: float, broker: float, generator: float) -> dict[str, Any]:
+    """A step whose speed job used `job` cores (JVM 90 %, its Python driver 10 %)."""
+    cores = {"spark_jvm": job * 0.9, "python_workers": 0.0, "speed_driver": job * 0.1}
+    return {**step_, "cpu_cores": {**cores, "broker": broker, "generator": generator}}
+
+
+def test_the_cpu_model_fits_a_line_through_the_steps_kept_up_with_after_the_first() -> None:
+    warm_up = with_cpu(step(1250, 0, 2.0, sent=1000), job=1.9, broker=0.2, generator=0.3)
+    # sent 1,000 / 2,000 / 3,000 records/s: the job 1.0 / 1.2 / 1.4 cores, so 0.8 cores
+    # whatever the rate and 0.2 CPU-ms a record; the broker 0.05 / 0.07 / 0.09 (0.03 and
+    # 0.02 ms); the generator 0.1 / 0.2 / 0.3 (0 and 0.1 ms)
+    steps = [
+        warm_up,
+        with_cpu(step(1250, 0, 1.0, sent=1000), job=1.0, broker=0.05, generator=0.1),
+        with_cpu(step(2500, 0, 1.0, sent=2000), job=1.2, broker=0.07, generator=0.2),
+        with_cpu(step(3750, 0, 1.0, sent=3000), job=1.4, broker=0.09, generator=0.3),
+        # behind (entries unread): not a step the job kept up with, so not fitted
+        with_cpu(step(5000, 90_000, 4.0, sent=4000), job=1.5, broker=0.1, generator=0.35),
+    ]
+    model = speed_cpu_model(steps, LOOKUP_TRIGGER_S, 10_000)
+    assert model == {
+        "from_steps_sent_records_per_s": [1000, 2000, 3000],
+        "fixed_cores": {"speed_job": 0.8, "broker": 0.03, "generator": 0.0},
+        "cpu_ms_per_record": {"speed_job": 0.2, "broker": 0.02, "generator": 0.1},
+        "target_records_per_s": 10_000,
+        # 0.83 + 10,000 x 0.32 ms = 0.83 + 3.2
+        "cores_needed_at_target": 4.0,
+    }
+
+
+def test_the_cpu_model_needs_two_rates_kept_up_with_after_the_first_step() -> None:
+    first = with_cpu(step(1250, 0, 1.0, sent=1000), job=1.9, broker=0.2, generator=0.3)
+    kept = with_cpu(step(2500, 0, 1.0, sent=2000), job=1.2, broker=0.07, generator=0.2)
+    behind = with_cpu(step(5000, 90_000, 4.0, sent=4000), job=1.5, broker=0.1, generator=0.35)
+    again = with_cpu(step(2500, 0, 1.0, sent=2000), job=1.3, broker=0.07, generator=0.2)
+    assert speed_cpu_model([first, kept, behind], LOOKUP_TRIGGER_S, 50_000) is None
+    assert speed_cpu_model([first, kept, again], LOOKUP_TRIGGER_S, 50_000) is None
+    assert speed_cpu_model([kept, first, behind], LOOKUP_TRIGGER_S, 50_000) is None
+
+
+def test_an_idle_step_sent_nothing_so_the_job_never_kept_up_with_it() -> None:
+    idle = with_cpu(step(0, 0, 0.0, sent=0), job=0.03, broker=0.03, generator=0.0)
+    assert verdict([idle]) == {"kept_up": None, "sustainable": None}
