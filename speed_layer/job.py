@@ -8,6 +8,7 @@ writes each view to its compacted ``speed.<view>`` topic and invalid records to
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 from datetime import timedelta
@@ -34,7 +35,7 @@ from shared.validation import DecodedRecords, decode_records
 from shared.views import COUNTED_INPUTS, booth_stats, without_duplicates
 from speed_layer.checkpoint import checkpoint_dir
 from speed_layer.lookups import diagnostic_counts, entry_lookups, publish_lookups
-from speed_layer.progress import ProgressPublisher
+from speed_layer.progress import ProgressPublisher, listening
 from speed_layer.speed_store import view_writer
 
 logger = logging.getLogger("lambdaline.speed")
@@ -123,8 +124,6 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
         available_now=available_now, trigger_s=settings.speed_trigger.total_seconds(),
         lookup_trigger_s=settings.speed_lookup_trigger.total_seconds(),
     )  # fmt: skip
-    listener = ProgressPublisher(settings)
-    spark.streams.addListener(listener)
 
     # read sources and decode them by the shared rule; every query is a Kafka
     # consumer of its own, so each reads only the topics its views need, and
@@ -189,9 +188,14 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
     def stopping(signum: int) -> None:
         log_event(logger, "speed_stopping", signal=signal.Signals(signum).name)
 
-    # a signal only sets the request: the main thread is inside a py4j call
-    # (awaitTermination), which it must not leave half-way (shared.streaming)
-    with stop_requests(on_signal=stopping) as stop:
+    # each micro-batch to the log and speed.progress; a signal only sets the
+    # request: the main thread is inside a py4j call (awaitTermination), which
+    # it must not leave half-way (shared.streaming)
+    with (
+        contextlib.closing(ProgressPublisher(settings)) as publisher,
+        listening(spark, publisher),
+        stop_requests(on_signal=stopping) as stop,
+    ):
         try:
             for phase in phases:
                 if stop.is_set():
@@ -204,8 +208,7 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
             for query in started:  # on a stop request, or when one query failed
                 if query.isActive:
                     stop_query(query)
-            listener.wait_for_terminations(str(query.id) for query in started)
-            spark.streams.removeListener(listener)
-            listener.close()
+            # Spark's listener bus delivers them after the queries end
+            publisher.wait_for_terminations(str(query.id) for query in started)
     raise_if_failed(started)
     log_event(logger, "speed_stopped")

@@ -6,19 +6,30 @@ publishes as ``speed_watermark``, and the rates, duration and late-row count
 taken from Spark's own query progress. It also carries the job's
 ``view_settings`` (window, max_trip): the serving layer compares them with its
 own, since it labels and checks granularities by its own window.
+
+The publisher hears Spark's query events through :func:`listening`, as Spark's
+own JSON of each event, not through PySpark's ``StreamingQueryListener``: that
+one turns every progress report into Python objects getter by getter, about
+500 py4j round trips a report, and py4j ends each of the report's maps by
+letting its Java iterator throw, which PySpark then inspects through reflection
+that searches every jar on the class path. A JFR profile of the job at 1,000
+records/s found 10 % of the JVM's CPU in that listener thread
+(docs/performance.md, "The speed layer").
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
 import time
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, ClassVar, Protocol
 
 from kafka.errors import KafkaTimeoutError
-from pyspark.sql.streaming.listener import StreamingQueryListener
+from pyspark.java_gateway import ensure_callback_server_started
+from pyspark.sql import SparkSession
 
 from shared.kafka_admin import kafka_producer
 from shared.logs import log_event
@@ -31,26 +42,92 @@ FLUSH_TIMEOUT_S = 5.0
 a progress record is an observation, not data, and is not worth holding up a stop."""
 
 
-def progress_record(progress: Any) -> dict[str, Any]:
-    """The fields of one StreamingQueryProgress that the speed store publishes."""
-    operators = progress.stateOperators or []
+def _offsets(offset: object) -> dict[str, Any]:
+    """A source's offsets in a progress report: Spark writes a JSON offset (the
+    Kafka source's ``{"topic": {"0": 42}}``) as an object, anything else as is."""
+    return offset if isinstance(offset, dict) else {}
+
+
+def progress_record(progress: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of one query progress report (Spark's JSON of a
+    ``StreamingQueryProgress``) that the speed store publishes.
+
+    Spark leaves out a rate that is not a number (no time elapsed yet), and the
+    watermark of a query that has none.
+    """
+    operators = progress.get("stateOperators") or []
     return {
-        "query": progress.name,
-        "batch_id": progress.batchId,
-        "timestamp": progress.timestamp,
-        "watermark": (progress.eventTime or {}).get("watermark"),
-        "num_input_rows": progress.numInputRows,
-        "input_rows_per_second": progress.inputRowsPerSecond,
-        "processed_rows_per_second": progress.processedRowsPerSecond,
-        "batch_duration_ms": progress.batchDuration,
-        "rows_dropped_by_watermark": sum(op.numRowsDroppedByWatermark for op in operators),
-        "state_rows": sum(op.numRowsTotal for op in operators),
-        "source_end_offsets": [json.loads(source.endOffset or "{}") for source in progress.sources],
+        "query": progress.get("name"),
+        "batch_id": progress["batchId"],
+        "timestamp": progress["timestamp"],
+        "watermark": (progress.get("eventTime") or {}).get("watermark"),
+        "num_input_rows": progress.get("numInputRows"),
+        "input_rows_per_second": progress.get("inputRowsPerSecond"),
+        "processed_rows_per_second": progress.get("processedRowsPerSecond"),
+        "batch_duration_ms": progress.get("batchDuration"),
+        "rows_dropped_by_watermark": sum(op["numRowsDroppedByWatermark"] for op in operators),
+        "state_rows": sum(op["numRowsTotal"] for op in operators),
+        "source_end_offsets": [_offsets(source.get("endOffset")) for source in progress["sources"]],
     }
 
 
-class ProgressPublisher(StreamingQueryListener):
-    """Logs each micro-batch and publishes it to ``speed.progress``."""
+class QueryEvents(Protocol):
+    """What :func:`listening` hands Spark's query events to, each as its JSON document."""
+
+    def started(self, event: dict[str, Any]) -> None: ...
+
+    def progressed(self, progress: dict[str, Any]) -> None: ...
+
+    def terminated(self, event: dict[str, Any]) -> None: ...
+
+
+class _JsonEvents:
+    """Spark's listener interface for Python (a py4j callback), each event read as JSON."""
+
+    def __init__(self, receiver: QueryEvents):
+        self.receiver = receiver
+
+    def onQueryStarted(self, jevent: Any) -> None:  # noqa: N802 (Spark's interface)
+        self.receiver.started(json.loads(jevent.json()))
+
+    def onQueryProgress(self, jevent: Any) -> None:  # noqa: N802
+        self.receiver.progressed(json.loads(jevent.progress().json()))
+
+    def onQueryIdle(self, jevent: Any) -> None:  # noqa: N802
+        pass
+
+    def onQueryTerminated(self, jevent: Any) -> None:  # noqa: N802
+        self.receiver.terminated(json.loads(jevent.json()))
+
+    class Java:
+        implements: ClassVar[list[str]] = [
+            "org.apache.spark.sql.streaming.PythonStreamingQueryListener"
+        ]
+
+
+@contextlib.contextmanager
+def listening(spark: SparkSession, receiver: QueryEvents) -> Iterator[None]:
+    """While active, Spark's listener bus hands ``receiver`` the session's query events.
+
+    Registered as PySpark's ``StreamingQueryManager.addListener`` registers its
+    listeners (the callback server, Spark's ``PythonStreamingQueryListenerWrapper``),
+    with events read as JSON instead of converted getter by getter.
+    """
+    gateway = spark.sparkContext._gateway
+    assert gateway is not None, "a local SparkSession has a py4j gateway"
+    ensure_callback_server_started(gateway)  # type: ignore[no-untyped-call]
+    wrapper = gateway.jvm.org.apache.spark.sql.streaming.PythonStreamingQueryListenerWrapper
+    jlistener = wrapper(_JsonEvents(receiver))
+    manager = spark._jsparkSession.streams()
+    manager.addListener(jlistener)
+    try:
+        yield
+    finally:
+        manager.removeListener(jlistener)
+
+
+class ProgressPublisher:
+    """Logs each micro-batch and publishes it to ``speed.progress`` (:class:`QueryEvents`)."""
 
     def __init__(self, settings: Settings):
         self.topic = settings.topics.speed_progress
@@ -59,26 +136,23 @@ class ProgressPublisher(StreamingQueryListener):
         self._terminated: set[str] = set()
         self._terminated_changed = threading.Condition()
 
-    def onQueryStarted(self, event: Any) -> None:  # noqa: N802 (Spark's API)
-        log_event(logger, "query_started", query=event.name, id=str(event.id))
+    def started(self, event: dict[str, Any]) -> None:
+        log_event(logger, "query_started", query=event.get("name"), id=event["id"])
 
-    def onQueryProgress(self, event: Any) -> None:  # noqa: N802
-        record = progress_record(event.progress)
+    def progressed(self, progress: dict[str, Any]) -> None:
+        record = progress_record(progress)
         # where the batch's time went (latestOffset, getBatch, queryPlanning,
         # addBatch, walCommit, commitOffsets...): in the log only
-        log_event(logger, "micro_batch", **record, phases_ms=dict(event.progress.durationMs))
+        log_event(logger, "micro_batch", **record, phases_ms=progress.get("durationMs", {}))
         key = (record["query"] or "unnamed").encode()
         published = {**record, "view_settings": self.view_settings}
         self.producer.send(self.topic, key=key, value=json.dumps(published).encode())
 
-    def onQueryIdle(self, event: Any) -> None:  # noqa: N802
-        pass
-
-    def onQueryTerminated(self, event: Any) -> None:  # noqa: N802
-        log_event(logger, "query_terminated", id=str(event.id), exception=event.exception)
+    def terminated(self, event: dict[str, Any]) -> None:
+        log_event(logger, "query_terminated", id=event["id"], exception=event.get("exception"))
         self._flush()
         with self._terminated_changed:
-            self._terminated.add(str(event.id))
+            self._terminated.add(event["id"])
             self._terminated_changed.notify_all()
 
     def wait_for_terminations(self, query_ids: Iterable[str], timeout_s: float = 10.0) -> None:

@@ -1,0 +1,60 @@
+"""The speed.progress record read off Spark's JSON of a query progress report."""
+
+from __future__ import annotations
+
+import json
+
+from speed_layer.progress import progress_record
+
+# Spark's StreamingQueryProgress.json of a booth_stats micro-batch (as Spark 4.0 writes
+# it: the Kafka source's offsets as objects, not strings), cut to the fields that matter
+REPORT = """{
+  "id": "c25079e5-d2bf-49e1-97a5-d94d12825374", "runId": "ea877613-2871-4cc5-930a-714a7368f28d",
+  "name": "speed.booth_stats", "timestamp": "2026-11-25T09:14:59.000Z", "batchId": 3,
+  "batchDuration": 440, "numInputRows": 10, "inputRowsPerSecond": 10.0,
+  "processedRowsPerSecond": 22.7,
+  "durationMs": {"addBatch": 335, "queryPlanning": 19, "triggerExecution": 439},
+  "eventTime": {"max": "2026-11-25T09:14:58.501Z", "watermark": "2026-11-25T09:12:58.501Z"},
+  "stateOperators": [
+    {"operatorName": "stateStoreSave", "numRowsTotal": 40, "numRowsDroppedByWatermark": 2},
+    {"operatorName": "dedupeWithinWatermark", "numRowsTotal": 7, "numRowsDroppedByWatermark": 1}
+  ],
+  "sources": [{"description": "KafkaV2[Subscribe[toll.entries]]",
+               "startOffset": {"toll.entries": {"0": 5, "1": 3}},
+               "endOffset": {"toll.entries": {"0": 9, "1": 6}},
+               "numInputRows": 10}],
+  "sink": {"description": "ForeachBatchSink", "numOutputRows": -1}
+}"""
+
+
+def test_the_record_holds_the_watermark_rates_late_rows_and_offsets_of_the_report() -> None:
+    assert progress_record(json.loads(REPORT)) == {
+        "query": "speed.booth_stats",
+        "batch_id": 3,
+        "timestamp": "2026-11-25T09:14:59.000Z",
+        "watermark": "2026-11-25T09:12:58.501Z",
+        "num_input_rows": 10,
+        "input_rows_per_second": 10.0,
+        "processed_rows_per_second": 22.7,
+        "batch_duration_ms": 440,
+        "rows_dropped_by_watermark": 3,
+        "state_rows": 47,
+        "source_end_offsets": [{"toll.entries": {"0": 9, "1": 6}}],
+    }
+
+
+def test_what_spark_leaves_out_of_a_first_report_is_none_or_empty() -> None:
+    # a query's first micro-batch: no watermark yet, no rates (Spark omits NaN), no
+    # state operator, and a source that has read nothing (its offsets null)
+    first = {
+        "id": "c25079e5-d2bf-49e1-97a5-d94d12825374", "name": "speed.lookups",
+        "timestamp": "2026-11-25T09:14:50.000Z", "batchId": 0, "batchDuration": 2000,
+        "numInputRows": 0, "eventTime": {}, "stateOperators": [],
+        "sources": [{"description": "KafkaV2", "startOffset": None, "endOffset": None}],
+    }  # fmt: skip
+    record = progress_record(first)
+    assert record["watermark"] is None
+    assert record["input_rows_per_second"] is None
+    assert record["processed_rows_per_second"] is None
+    assert (record["rows_dropped_by_watermark"], record["state_rows"]) == (0, 0)
+    assert record["source_end_offsets"] == [{}]
