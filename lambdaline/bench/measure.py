@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import resource
+import statistics
 import subprocess
 import threading
 import time
@@ -153,9 +154,10 @@ def speed_cpu_model(
     """Each part's cores as a fixed cost while data flows plus a cost per record sent,
     fitted over the steps the job kept up with, and what a target rate would need.
 
-    A least-squares line through (records/s sent, cores) per part (the speed job,
-    the broker, the generator), over the steps after the first that the job kept
-    up with (:func:`kept_up`: all it was sent, it processed). The first step is
+    A least-squares line (``statistics.linear_regression``) through (records/s
+    sent, cores) per part (the speed job, the broker, the generator), over the
+    steps after the first that the job kept up with (:func:`kept_up`: all it
+    was sent, it processed). The first step is
     left out: it pays the JIT's warm-up. The line's intercept is what the part
     pays whatever the rate once data flows (for the speed job: planning, state
     commits and progress of every micro-batch its triggers start), its slope the
@@ -170,15 +172,11 @@ def speed_cpu_model(
     rates = [float(_sent(step)) for step in busy]
     if len(set(rates)) < 2:
         return None
-    mean_rate = sum(rates) / len(rates)
-    spread = sum((rate - mean_rate) ** 2 for rate in rates)
     fixed, per_record_ms = {}, {}
     for part, roles in SPEED_PARTS.items():
         used = [sum(float(step["cpu_cores"][role]) for role in roles) for step in busy]
-        mean_used = sum(used) / len(used)
-        pairs = zip(rates, used, strict=True)
-        slope = sum((rate - mean_rate) * (cores - mean_used) for rate, cores in pairs) / spread
-        fixed[part] = mean_used - slope * mean_rate
+        slope, intercept = statistics.linear_regression(rates, used)
+        fixed[part] = intercept
         per_record_ms[part] = slope * 1000
     needed = sum(fixed.values()) + sum(per_record_ms.values()) * target_records_per_s / 1000
     return {
