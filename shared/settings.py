@@ -223,8 +223,7 @@ class Settings(BaseSettings):
         default_factory=dict,
         description="extra Spark configuration for both layers, over each layer's own tuning, "
         'e.g. LAMBDALINE_SPARK_CONF=\'{"spark.scheduler.mode": "FIFO"}\' '
-        "(spark-submit: use --conf); paths in it absolute, since a local driver runs in "
-        "<state_dir>/spark-local",
+        "(spark-submit: use --conf)",
     )
     speed_trigger: Duration = Field(
         timedelta(seconds=1),
@@ -292,9 +291,9 @@ class Settings(BaseSettings):
     @field_validator("state_dir", "jvm_cache_dir", "batch_store_dir")
     @classmethod
     def _absolute_directory(cls, value: Path | None) -> Path | None:
-        """Absolute, from the working directory the settings are read in: a local Spark
-        driver runs in a directory of its own (``shared.spark_session``), where a
-        relative checkpoint or jar path would name something else."""
+        """Absolute, from the working directory the settings are read in, so that a path
+        names the same place in every process it is handed to (the Spark driver's JVM,
+        the broker, the jobs a command starts)."""
         if value is None:
             return None
         # created when first needed; a file in the way would fail later, deep in a command

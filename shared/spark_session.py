@@ -14,19 +14,12 @@ pass ``--conf spark.sql.streaming.stateStore.providerClass=...RocksDBStateStoreP
 to spark-submit (before the first run: a checkpoint keeps its provider).
 
 A local driver keeps its scratch (shuffle files, spills, the temporary
-directories of each application) under ``<state_dir>/spark-local`` instead of
-``/tmp`` (``SPARK_LOCAL_DIRS``, and the driver JVM's ``java.io.tmpdir``):
+directories of each application, the session's ``artifacts``) under
+``<state_dir>/spark-local`` instead of ``/tmp`` (``SPARK_LOCAL_DIRS``, and the
+driver JVM's ``java.io.tmpdir``):
 Spark deletes them when it stops, and what a killed run leaves goes with the
 state directory (``make clean``; a test's temporary directory). Set
 ``spark.local.dir`` in ``spark_conf``, or ``SPARK_LOCAL_DIRS``, to put it elsewhere.
-Its JVM also *runs* in ``<state_dir>/spark-local``: Spark 4.0.0 makes an
-``artifacts`` directory in the driver's working directory (SPARK-52396, fixed
-in 4.0.1, out of reach while the connector's jars for it are not on Maven
-Central as this project reaches it: docs/architecture.md), which would otherwise be left
-in whatever directory a command was started from, and fail where that one is
-not writable. So every path lambdaline gives Spark is absolute (the settings'
-directories are made so), and a relative path in ``spark_conf`` names a place
-under ``<state_dir>/spark-local``.
 
 A local driver also logs as ``shared/spark-log4j2.properties`` says (Spark's
 defaults at WARN, without four warnings that ask nothing of
@@ -39,7 +32,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Iterator, Mapping
-from contextlib import chdir, contextmanager, nullcontext
+from contextlib import contextmanager
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -73,7 +66,6 @@ def spark_session(
     builder = SparkSession.builder.appName(app_name)
     config = {**STREAMING_CONF, **(extra_config or {}), **settings.spark_conf}
     launch_environment: dict[str, str] = {}
-    driver_directory: Path | None = None  # under spark-submit, its JVM runs already
     if not under_spark_submit():
         if settings.spark_master.startswith("local"):
             # Python UDF workers must run this interpreter (the project's venv), not
@@ -93,9 +85,9 @@ def spark_session(
         )
         submit_options = os.environ.get("SPARK_SUBMIT_OPTS", "")
         driver_options = [submit_options]
-        driver_directory = settings.state_dir / "spark-local"
-        driver_directory.mkdir(parents=True, exist_ok=True)
         if "spark.local.dir" not in config and "SPARK_LOCAL_DIRS" not in os.environ:
+            driver_directory = settings.state_dir / "spark-local"
+            driver_directory.mkdir(parents=True, exist_ok=True)
             # the environment variable, not spark.local.dir: Spark warns about that
             # setting on every start (a cluster manager would override it)
             launch_environment["SPARK_LOCAL_DIRS"] = str(driver_directory)
@@ -116,12 +108,7 @@ def spark_session(
     }
     for key, value in sql_settings.items():
         builder = builder.config(key, value)
-    # the driver's JVM, if it starts now, inherits both. pyspark's builder names no
-    # working directory for it (only launch_gateway, which the builder calls, takes
-    # one), so this process moves there meanwhile; nothing in it resolves a relative
-    # path then: the settings' paths are absolute
-    moved = chdir(driver_directory) if driver_directory else nullcontext()
-    with _environment(launch_environment), moved:
+    with _environment(launch_environment):  # the driver's JVM, if it starts now, inherits it
         session = builder.getOrCreate()
     for key, value in sql_settings.items():  # the session may have existed already
         if key.startswith("spark.sql."):

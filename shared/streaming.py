@@ -186,7 +186,7 @@ def failure_cause(error: Exception) -> str:
     The message of Spark's error names only the outermost failure (``Failed to
     create new KafkaAdminClient``); the reason is in its Java causes
     (``ConfigException: ...``), which pyspark keeps as a chain of Python errors
-    (``_cause``, pinned pyspark 4.0.0; without it, the text is read). A
+    (``_cause``, in the pinned pyspark; without it, the text is read). A
     foreachBatch failure's innermost cause is the Python proxy's error, whose
     text holds the Python traceback and, in it, the Java error.
     """
@@ -242,7 +242,7 @@ def brief_java_errors(function: MicroBatchFunction) -> MicroBatchFunction:
     """Wrap a foreachBatch function so that a Java error leaves it without its stack trace.
 
     Stopping a query interrupts or cancels what its foreachBatch function is
-    running. Spark 4.0 tells that from a real failure by matching the Python
+    running. Spark (4.0 to 4.2) tells that from a real failure by matching the Python
     error's text against ``Py4JJavaError: An error occurred while calling(.|\\n)*
     InterruptedException`` (or a cancelled job of the query's group), with a
     regular expression that recurses once per character: on a Py4JJavaError,

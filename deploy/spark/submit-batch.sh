@@ -11,8 +11,7 @@
 # The master dataset and the ingest checkpoint live under LAMBDALINE_MASTER_DIR,
 # which every executor must reach (HDFS, S3 via s3a:// with hadoop-aws on the
 # classpath, a shared mount); a path on this machine's disk only works for local
-# masters. The driver's JVM runs in the directory this is started from, which must be
-# writable: Spark 4.0.0 makes an (empty) artifacts/ there (SPARK-52396, fixed in 4.0.1).
+# masters.
 #
 # The executors run no Python: every view is Spark SQL, so they need only the JVM
 # and the connector jars (--jars); tests/integration/test_spark_cluster.py runs this

@@ -152,7 +152,7 @@ def test_a_file_where_a_directory_setting_points_is_named(tmp_path: Path) -> Non
 def test_directories_are_made_absolute_where_the_settings_are_read(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    # a local Spark driver runs in a directory of its own: it must get no relative path
+    # a path names the same place in every process it is handed to (the Spark JVM, the broker)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("LAMBDALINE_STATE_DIR", "state")
     monkeypatch.setenv("LAMBDALINE_BATCH_STORE_DIR", "../published")

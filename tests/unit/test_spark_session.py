@@ -44,20 +44,22 @@ def test_a_local_driver_logs_without_the_warnings_that_ask_nothing(spark: SparkS
     assert str(logs.getLogger(state_store).getLevel()) == "WARN"
 
 
-def test_a_local_driver_runs_in_its_scratch_directory_and_this_process_where_it_was(
+def test_a_local_driver_keeps_its_artifacts_in_its_scratch_directory(
     spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
+    if "SPARK_LOCAL_DIRS" in os.environ:
+        pytest.skip("SPARK_LOCAL_DIRS is set in this shell: the JVM's temporary directory is /tmp")
     jvm = spark.sparkContext._jvm
     assert jvm is not None
-    driver = Path(f"/proc/{jvm.java.lang.ProcessHandle.current().pid()}/cwd").resolve()
-    assert driver.name == "spark-local"
-    assert driver.is_relative_to(tmp_path_factory.getbasetemp())
-    # where Spark 4.0.0 makes its `artifacts` directory (SPARK-52396): not where the
-    # command was started from
+    # where a session keeps Spark Connect artifacts: the JVM's temporary directory,
+    # which is the scratch directory, not the directory the command was started from
+    # (Spark 4.0.0 made it there: SPARK-52396)
     manager = getattr(getattr(jvm.org.apache.spark.sql.artifact, "ArtifactManager$"), "MODULE$")
-    artifacts = Path(str(manager.artifactRootDirectory()))
-    assert artifacts.resolve().is_relative_to(driver)
-    assert Path.cwd() != driver
+    artifacts = Path(str(manager.artifactRootDirectory())).resolve()
+    assert artifacts.parent.name == "spark-local"
+    assert artifacts.is_relative_to(tmp_path_factory.getbasetemp())
+    driver = Path(f"/proc/{jvm.java.lang.ProcessHandle.current().pid()}/cwd").resolve()
+    assert not artifacts.is_relative_to(driver)
 
 
 def test_a_local_driver_listens_on_the_loopback_only(spark: SparkSession) -> None:
