@@ -86,14 +86,15 @@ def spark_session(
         submit_options = os.environ.get("SPARK_SUBMIT_OPTS", "")
         driver_options = [submit_options]
         if "spark.local.dir" not in config and "SPARK_LOCAL_DIRS" not in os.environ:
-            driver_directory = settings.state_dir / "spark-local"
-            driver_directory.mkdir(parents=True, exist_ok=True)
+            scratch = settings.state_dir / "spark-local"
+            scratch.mkdir(parents=True, exist_ok=True)
             # the environment variable, not spark.local.dir: Spark warns about that
             # setting on every start (a cluster manager would override it)
-            launch_environment["SPARK_LOCAL_DIRS"] = str(driver_directory)
+            launch_environment["SPARK_LOCAL_DIRS"] = str(scratch)
             # the JVM's own temporary directory too: spark-submit makes one there
-            # per application (empty), which a killed driver left in /tmp
-            driver_options.append(f"-Djava.io.tmpdir={driver_directory}")
+            # per application (empty), which a killed driver left in /tmp, and the
+            # session its artifacts/
+            driver_options.append(f"-Djava.io.tmpdir={scratch}")
         if "log4j2.configurationFile" not in submit_options and "SPARK_CONF_DIR" not in os.environ:
             driver_options.append(f"-Dlog4j2.configurationFile={DRIVER_LOG4J2}")
         launch_environment["SPARK_SUBMIT_OPTS"] = " ".join(filter(None, driver_options))
