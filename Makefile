@@ -8,6 +8,8 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+# the JDK that Spark, the broker and keytool run on: JAVA_HOME's, as their own scripts do
+JAVA   := $(if $(JAVA_HOME),$(JAVA_HOME)/bin/java,java)
 
 .PHONY: setup prerequisites jars demo test test-unit lint bench-generator bench-batch clean
 
@@ -15,8 +17,8 @@ setup: prerequisites $(STAMP) jars
 
 prerequisites:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "lambdaline needs Python >= 3.11; set PYTHON=python3.11")'
-	@command -v java >/dev/null || { echo "lambdaline needs a JDK 17+ (java not found)"; exit 1; }
-	@java -version 2>&1 | awk -F'"' '/version/ { split($$2, v, "."); if (v[1] < 17) { print "lambdaline needs JDK 17+, found " $$2; exit 1 } }'
+	@command -v $(JAVA) >/dev/null || { echo "lambdaline needs a JDK 17+ ($(JAVA) not found)"; exit 1; }
+	@$(JAVA) -version 2>&1 | awk -F'"' '/version/ { split($$2, v, "."); if (v[1] < 17) { print "lambdaline needs JDK 17+, found " $$2; exit 1 } }'
 	@command -v mvn >/dev/null || { echo "lambdaline needs Maven (mvn not found)"; exit 1; }
 
 $(BIN)/python:

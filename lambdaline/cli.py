@@ -31,7 +31,7 @@ from lambdaline import kafka_broker
 from lambdaline.processes import exit_on_signals
 from serving.cli import serve
 from shared.events import format_instant, parse_instant
-from shared.jvm import JarResolutionError, JvmProfile, resolve_jars
+from shared.jvm import JarResolutionError, JdkToolMissingError, JvmProfile, resolve_jars
 from shared.kafka_admin import KafkaNotReadyError, unreachable
 from shared.locks import LockHeldError
 from shared.settings import Settings, SettingsError, get_settings, parse_duration
@@ -76,6 +76,7 @@ def _clear_errors() -> Iterator[None]:
     except (
         kafka_broker.BrokerError,
         JarResolutionError,
+        JdkToolMissingError,
         KafkaNotReadyError,
         LockHeldError,
     ) as error:

@@ -21,7 +21,6 @@ import ipaddress
 import os
 import re
 import secrets
-import shutil
 import signal
 import socket
 import subprocess
@@ -35,7 +34,7 @@ from typing import Any
 
 from kafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 
-from shared.jvm import JvmProfile, resolve_jars
+from shared.jvm import JdkToolMissingError, JvmProfile, jdk_tool, resolve_jars
 from shared.kafka_admin import admin_client, port_open
 from shared.kafka_security import jaas_config
 from shared.settings import Settings
@@ -318,19 +317,20 @@ def _is_ip(host: str) -> bool:
 
 
 def _keytool(*arguments: str) -> None:
-    keytool = shutil.which("keytool")
-    if keytool is None:
-        raise BrokerError("`keytool` not found: it comes with the JDK (apt install openjdk-17-jdk)")
+    try:
+        keytool = jdk_tool("keytool")
+    except JdkToolMissingError as missing:
+        raise BrokerError(str(missing)) from None
     result = subprocess.run([keytool, *arguments], capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise BrokerError(f"keytool {arguments[0]} failed:\n{result.stdout}{result.stderr}")
 
 
 def _java() -> str:
-    java = shutil.which("java")
-    if java is None:
-        raise BrokerError("`java` not found: install a JDK 17+ (e.g. apt install openjdk-17-jdk)")
-    return java
+    try:
+        return jdk_tool("java")
+    except JdkToolMissingError as missing:
+        raise BrokerError(str(missing)) from None
 
 
 def _classpath(settings: Settings) -> str:

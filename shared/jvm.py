@@ -1,4 +1,4 @@
-"""JVM jars from Maven Central: the Kafka broker and the Spark Kafka connector.
+"""The JDK and the JVM jars from Maven Central (the Kafka broker, the Spark Kafka connector).
 
 ``deploy/jvm/pom.xml`` names the versions; Maven resolves each profile into its
 own folder under ``jvm_cache_dir`` (their kafka-clients versions differ and must
@@ -10,6 +10,7 @@ folder, then renamed), so an interrupted resolution never leaves half a folder.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shutil
 import subprocess
@@ -30,6 +31,31 @@ _UNREACHABLE_HINTS = (
     "connect timed out",
     "Connect to",
 )
+
+
+class JdkToolMissingError(RuntimeError):
+    """No JDK tool (``java``, ``keytool``) where JAVA_HOME or the PATH says."""
+
+
+def jdk_tool(name: str) -> str:
+    """The JDK's ``name`` (``java``, ``keytool``): ``$JAVA_HOME/bin/<name>``, else the PATH's.
+
+    The rule Spark's and Kafka's own launch scripts follow, so the broker, its
+    certificates and Spark's JVM all run on the JDK that ``JAVA_HOME`` names.
+    """
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home:
+        tool = Path(java_home) / "bin" / name
+        if not os.access(tool, os.X_OK):
+            raise JdkToolMissingError(f"`{name}` not found in JAVA_HOME={java_home} ({tool})")
+        return str(tool)
+    found = shutil.which(name)
+    if found is None:
+        raise JdkToolMissingError(
+            f"`{name}` not found on the PATH: install a JDK 17+ (e.g. apt install "
+            "openjdk-17-jdk) or set JAVA_HOME to one"
+        )
+    return found
 
 
 class JvmProfile(StrEnum):

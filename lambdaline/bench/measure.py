@@ -13,6 +13,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from shared.jvm import jdk_tool
+
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -194,7 +196,10 @@ def machine() -> dict[str, Any]:
     for line in Path("/proc/meminfo").read_text().splitlines():
         if line.startswith("MemTotal:"):
             memory_kb = int(line.split()[1])
-    java = subprocess.run(["java", "-version"], capture_output=True, text=True, check=False)
+    # the JDK that Spark's and the broker's JVMs run on: JAVA_HOME's, else the PATH's
+    java = subprocess.run(
+        [jdk_tool("java"), "-version"], capture_output=True, text=True, check=False
+    )
     versions = {
         name: metadata.version(name)
         for name in ("pyspark", "kafka-python", "duckdb", "fastapi", "uvicorn", "pyarrow")
