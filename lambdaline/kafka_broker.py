@@ -317,18 +317,16 @@ def _is_ip(host: str) -> bool:
 
 
 def _keytool(*arguments: str) -> None:
-    try:
-        keytool = jdk_tool("keytool")
-    except JdkToolMissingError as missing:
-        raise BrokerError(str(missing)) from None
-    result = subprocess.run([keytool, *arguments], capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [_jdk("keytool"), *arguments], capture_output=True, text=True, check=False
+    )
     if result.returncode != 0:
         raise BrokerError(f"keytool {arguments[0]} failed:\n{result.stdout}{result.stderr}")
 
 
-def _java() -> str:
+def _jdk(tool: str) -> str:
     try:
-        return jdk_tool("java")
+        return jdk_tool(tool)
     except JdkToolMissingError as missing:
         raise BrokerError(str(missing)) from None
 
@@ -438,7 +436,7 @@ def _format_storage(settings: Settings, paths: BrokerPaths) -> None:
         return
     cluster_id = new_cluster_id()
     command = [
-        _java(), f"-Xmx{settings.kafka_heap}", "-cp", _classpath(settings), _STORAGE_TOOL,
+        _jdk("java"), f"-Xmx{settings.kafka_heap}", "-cp", _classpath(settings), _STORAGE_TOOL,
         "format", "-t", cluster_id, "-c", str(paths.config.resolve()),
     ]  # fmt: skip
     env = {**os.environ, "KAFKA_LOG4J_OPTS": f"-Dlog4j2.configurationFile={paths.log4j}"}
@@ -476,7 +474,7 @@ def start(settings: Settings) -> BrokerStatus:
     paths.log4j.write_text(_LOG4J2)
     _format_storage(settings, paths)
 
-    command = [_java(), *_jvm_options(settings, paths), "-cp", _classpath(settings)]
+    command = [_jdk("java"), *_jvm_options(settings, paths), "-cp", _classpath(settings)]
     command += [_MAIN_CLASS, str(paths.config.resolve())]
     with paths.log_file.open("ab") as log:
         process = subprocess.Popen(
