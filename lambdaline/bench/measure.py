@@ -11,9 +11,12 @@ import threading
 import time
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shared.jvm import jdk_tool
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -62,6 +65,27 @@ def cpu_seconds_of_tree(root: int) -> float:
 def own_cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
+
+
+def stop_spark_and_its_jvm(spark: SparkSession, timeout_s: float = 60.0) -> float:
+    """Stop the session and end the driver's JVM that pyspark started; return the
+    seconds the JVM took to exit.
+
+    ``spark.stop()`` alone leaves that JVM running until this Python process
+    ends, and a measurement that follows on the same cores (the DuckDB peer) would
+    share them with whatever it still does. The JVM exits when its standard input
+    closes (Spark's ``PythonGatewayServer``); the next session starts a new one.
+    """
+    from pyspark import SparkContext
+
+    process = spark.sparkContext._gateway.proc  # type: ignore[union-attr]
+    spark.stop()
+    SparkContext._gateway = None
+    SparkContext._jvm = None
+    started = time.monotonic()
+    process.stdin.close()
+    process.wait(timeout=timeout_s)
+    return time.monotonic() - started
 
 
 class TreeCpu:

@@ -50,6 +50,7 @@ from lambdaline.bench.measure import (
     machine,
     own_cpu_seconds,
     percentile,
+    stop_spark_and_its_jvm,
 )
 from lambdaline.bench.peer import peer_views
 from lambdaline.bench.report import write_charts, write_report
@@ -227,7 +228,7 @@ class Bench:
                 cpu_clock=lambda: cpu_seconds_of_tree(jvm) + own_cpu_seconds(),
             )  # fmt: skip
         finally:
-            spark.stop()
+            stop_spark_and_its_jvm(spark)  # the peer gets the cores to itself
         assert report.version is not None
         runtime = {step: round(seconds, 2) for step, seconds in report.seconds.items()}
         period = self._schedule_period_s()
