@@ -141,7 +141,11 @@ def main() -> None:
     runs = ", ".join(f"{run.seconds['recompute']:.1f}" for run in warm_runs)
     print(f"spark warm recompute runs (s): {runs}")
     runs = ", ".join(f"{seconds:.1f}" for seconds in peer_seconds_runs)
-    print(f"duckdb peer runs (s): {runs}, after Spark's JVM exited ({jvm_exit_s:.1f} s)")
+    jvm_exit = (
+        f"after Spark's JVM exited ({jvm_exit_s:.1f} s)" if jvm_exit_s is not None
+        else "with Spark's JVM still running (spark-submit owns it)"
+    )  # fmt: skip
+    print(f"duckdb peer runs (s): {runs}, {jvm_exit}")
     print(
         f"spark recompute / duckdb peer: {steps['recompute'] / peer_seconds_runs[0]:.1f}x cold "
         f"(first runs), {warm.seconds['recompute'] / peer_seconds:.1f}x warm (fastest runs)"

@@ -67,19 +67,23 @@ def own_cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def stop_spark_and_its_jvm(spark: SparkSession, timeout_s: float = 60.0) -> float:
+def stop_spark_and_its_jvm(spark: SparkSession, timeout_s: float = 60.0) -> float | None:
     """Stop the session and end the driver's JVM that pyspark started; return the
-    seconds the JVM took to exit.
+    seconds the JVM took to exit, or None when this Python process did not start it.
 
     ``spark.stop()`` alone leaves that JVM running until this Python process
     ends, and a measurement that follows on the same cores (the DuckDB peer) would
     share them with whatever it still does. The JVM exits when its standard input
     closes (Spark's ``PythonGatewayServer``); the next session starts a new one.
+    Under ``spark-submit`` the JVM is this process's parent, not its child: then
+    the session is only stopped, and the JVM lives on as ``spark-submit`` wants.
     """
     from pyspark import SparkContext
 
-    process = spark.sparkContext._gateway.proc  # type: ignore[union-attr]
+    process = getattr(spark.sparkContext._gateway, "proc", None)
     spark.stop()
+    if process is None:
+        return None
     SparkContext._gateway = None
     SparkContext._jvm = None
     started = time.monotonic()

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
+from types import SimpleNamespace
 from typing import Any
 
-from lambdaline.bench.measure import speed_cpu_model, speed_verdict
+from lambdaline.bench.measure import speed_cpu_model, speed_verdict, stop_spark_and_its_jvm
 
 TRIGGER_S, LOOKUP_TRIGGER_S = 1.0, 10.0
 
@@ -119,3 +121,40 @@ def test_the_cpu_model_needs_two_rates_kept_up_with_after_the_first_step() -> No
 def test_an_idle_step_sent_nothing_so_the_job_never_kept_up_with_it() -> None:
     idle = with_cpu(step(0, 0, 0.0, sent=0), job=0.03, broker=0.03, generator=0.0)
     assert verdict([idle]) == {"kept_up": None, "sustainable": None}
+
+
+class FakeSession:
+    """What stop_spark_and_its_jvm reads of a SparkSession: its gateway, and stop()."""
+
+    def __init__(self, gateway: object) -> None:
+        self.sparkContext = SimpleNamespace(_gateway=gateway)
+        self.stopped = False
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+def test_the_jvm_pyspark_started_is_ended_by_closing_its_stdin(monkeypatch: Any) -> None:
+    from pyspark import SparkContext
+
+    monkeypatch.setattr(SparkContext, "_gateway", "started by this test")
+    monkeypatch.setattr(SparkContext, "_jvm", "started by this test")
+    jvm = subprocess.Popen(["cat"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL)  # ends on EOF
+    session = FakeSession(SimpleNamespace(proc=jvm))
+
+    seconds = stop_spark_and_its_jvm(session, timeout_s=10)  # type: ignore[arg-type]
+
+    assert session.stopped and jvm.returncode == 0
+    assert seconds is not None and 0 <= seconds < 10
+    # pyspark starts a new JVM for the next session
+    assert SparkContext._gateway is None and SparkContext._jvm is None
+
+
+def test_under_spark_submit_the_session_stops_and_the_parent_jvm_is_left(monkeypatch: Any) -> None:
+    from pyspark import SparkContext
+
+    monkeypatch.setattr(SparkContext, "_gateway", "spark-submit's")
+    session = FakeSession(SimpleNamespace())  # no proc: spark-submit launched this Python
+
+    assert stop_spark_and_its_jvm(session) is None  # type: ignore[arg-type]
+    assert session.stopped and SparkContext._gateway == "spark-submit's"
