@@ -45,7 +45,7 @@ from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import duckdb
-import httpx
+import httpx2
 import pyarrow as pa
 
 from batch_layer.publish import empty_store_tables, publish_version
@@ -149,7 +149,7 @@ SHAPES: list[tuple[str, str, dict[str, str]]] = [
 def time_shapes(base_url: str, repeats: int = 20) -> None:
     """Each shape ``repeats`` times, one request at a time: rows, size, p50/p99 latency."""
     print(f"{'query shape':<30}{'rows':>7}{'KB':>8}{'p50 ms':>9}{'p99 ms':>9}{'X-Cache':>9}")
-    with httpx.Client(base_url=base_url, headers={"X-API-Key": API_KEY}, timeout=60) as client:
+    with httpx2.Client(base_url=base_url, headers={"X-API-Key": API_KEY}, timeout=60) as client:
         for name, path, params in SHAPES:
             timings = []
             for _ in range(repeats):
@@ -170,7 +170,7 @@ def time_shapes(base_url: str, repeats: int = 20) -> None:
 def prime(base_url: str) -> tuple[int, float]:
     """Ask for every booth-day once, one request at a time: (misses, seconds)."""
     misses, started = 0, time.perf_counter()
-    with httpx.Client(base_url=base_url, headers={"X-API-Key": API_KEY}) as client:
+    with httpx2.Client(base_url=base_url, headers={"X-API-Key": API_KEY}) as client:
         for path, params in every_booth_day():
             response = client.get(path, params=params)
             if not full_day(response.status_code, response.content):
@@ -245,7 +245,7 @@ def start_server(
 
 def wait_ready(port: int, server: subprocess.Popen[bytes], name: str = "the server") -> None:
     """Until ``/readyz`` answers 200 (at most 60 s), then a short warm-up load."""
-    with httpx.Client(base_url=f"http://127.0.0.1:{port}") as client:
+    with httpx2.Client(base_url=f"http://127.0.0.1:{port}") as client:
         if not wait_until_answers(client, 60, process=server):
             raise SystemExit(f"{name} did not become ready in 60 s")
     open_loop(port, API_KEY, booth_day, 50, 2)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
-import httpx
+import httpx2
 
 from shared.logs import log_event
 from shared.process_groups import GROUP_EXIT_GRACE_S, end_group
@@ -134,7 +134,7 @@ def log_tail(path: Path, lines: int = 15) -> str:
 
 
 def wait_until_answers(
-    client: httpx.Client,
+    client: httpx2.Client,
     seconds: float,
     path: str = "/readyz",
     process: subprocess.Popen[bytes] | None = None,
@@ -148,7 +148,7 @@ def wait_until_answers(
         try:
             if client.get(path).status_code == 200:
                 return True
-        except httpx.TransportError:
+        except httpx2.TransportError:
             pass
         time.sleep(0.3)
     return False

@@ -38,7 +38,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import httpx
+import httpx2
 from croniter import croniter
 from rich.console import Console
 
@@ -337,7 +337,7 @@ class Bench:
         port = free_port()
         self.step(f"serving: lambdaline serve on port {port}")
         server = self.children.spawn("api", "serve", "--port", str(port))
-        client = httpx.Client(
+        client = httpx2.Client(
             base_url=f"http://127.0.0.1:{port}", headers={"X-API-Key": self.api_key}, timeout=10
         )
         try:
@@ -348,7 +348,7 @@ class Bench:
             client.close()
             self.children.stop_all()
 
-    def _wait_ready(self, client: httpx.Client, log: Path) -> None:
+    def _wait_ready(self, client: httpx2.Client, log: Path) -> None:
         if not wait_until_answers(client, 120):
             raise BenchError(f"the API did not become ready in 120 s:\n{log_tail(log)}")
 
@@ -374,7 +374,7 @@ class Bench:
             })  # fmt: skip
         self.results["serving"] = serving_summary(ramp)
 
-    def _freshness(self, client: httpx.Client) -> None:
+    def _freshness(self, client: httpx2.Client) -> None:
         horizon = datetime.combine(self.run_date + timedelta(days=1), datetime.min.time(), UTC)
         self.step("freshness: continuous speed job, probe entries timed until the API shows them")
         self.children.spawn("speed-continuous", "speed", "run")
@@ -390,7 +390,7 @@ class Bench:
                     if response.status_code == 200:
                         for row in response.json()["rows"]:
                             seen.setdefault(row["window_start"], time.monotonic())
-                except httpx.TransportError:
+                except httpx2.TransportError:
                     pass
                 stop.wait(0.05)
 

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 
 from lambdaline.bench.measure import process_tree
@@ -78,7 +78,7 @@ def test_demo_serves_merged_rows_and_ctrl_c_leaves_nothing_behind(
     demo: tuple[subprocess.Popen[bytes], dict[str, int], Path], tmp_path: Path
 ) -> None:
     process, ports, output = demo
-    api = httpx.Client(
+    api = httpx2.Client(
         base_url=f"http://127.0.0.1:{ports['api']}", headers={"X-API-Key": KEY}, timeout=10
     )
     sources: set[str] = set()
@@ -92,7 +92,7 @@ def test_demo_serves_merged_rows_and_ctrl_c_leaves_nothing_behind(
         time.sleep(3)
         try:
             status = api.get("/v1/status").json()
-        except httpx.TransportError:
+        except httpx2.TransportError:
             continue
         if status.get("batch_version") is None:
             continue

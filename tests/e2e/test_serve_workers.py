@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
+import httpx2
 import pytest
 
 from lambdaline.kafka_broker import free_port
@@ -68,16 +68,16 @@ def test_metrics_count_the_requests_of_every_worker(
     two_workers: tuple[subprocess.Popen[bytes], str], tmp_path: Path
 ) -> None:
     server, base_url = two_workers
-    with httpx.Client(base_url=base_url) as client:
+    with httpx2.Client(base_url=base_url) as client:
         assert wait_until_answers(client, 60, path="/healthz", process=server)
     time.sleep(2)  # both workers up, each with its gauges written once
     for _ in range(REQUESTS - 1):  # a connection each, so both workers take some
-        assert httpx.get(f"{base_url}/healthz").status_code == 200
+        assert httpx2.get(f"{base_url}/healthz").status_code == 200
     healthz = (
         'lambdaline_http_request_duration_seconds_count{method="GET",route="/healthz",status="200"}'
     )
     for _ in range(8):
-        page = samples(httpx.get(f"{base_url}/metrics").text)
+        page = samples(httpx2.get(f"{base_url}/metrics").text)
         assert page[healthz] == REQUESTS
         assert page["lambdaline_batch_version"] == -1  # none published, in either worker
         assert page["lambdaline_speed_consumer_up"] == 0  # no Kafka
@@ -93,7 +93,7 @@ def test_metrics_count_the_requests_of_every_worker(
     while killed in (pids := live_gauge_pids(directory)) or len(pids) < 2:
         assert time.monotonic() < deadline, f"live gauges of {sorted(pids)}, {killed} killed"
         time.sleep(0.2)
-    assert httpx.get(f"{base_url}/metrics").status_code == 200
+    assert httpx2.get(f"{base_url}/metrics").status_code == 200
 
     os.killpg(server.pid, signal.SIGTERM)  # as Ctrl-C or a service manager stops it
     assert server.wait(timeout=30) == 0

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-import httpx
+import httpx2
 import pytest
 from fastapi.testclient import TestClient
 from kafka import KafkaProducer
@@ -83,7 +83,7 @@ def layers(
 
 
 @pytest.fixture(scope="module")
-def api(layers: tuple[Settings, Settings]) -> Iterator[httpx.Client]:
+def api(layers: tuple[Settings, Settings]) -> Iterator[httpx2.Client]:
     served, _ = layers
     port = free_port()
     server = subprocess.Popen(
@@ -92,7 +92,7 @@ def api(layers: tuple[Settings, Settings]) -> Iterator[httpx.Client]:
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
     try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=KEY, timeout=30) as client:
+        with httpx2.Client(base_url=f"http://127.0.0.1:{port}", headers=KEY, timeout=30) as client:
             assert wait_until_answers(client, 60, process=server), "the server never became ready"
             yield client
     finally:
@@ -126,7 +126,7 @@ def truth_rows(settings: Settings, view: str) -> list[dict[str, Any]]:
     return shaped
 
 
-def served_rows(api: httpx.Client, path: str) -> tuple[list[dict[str, Any]], set[str]]:
+def served_rows(api: httpx2.Client, path: str) -> tuple[list[dict[str, Any]], set[str]]:
     response = api.get(path, params=EVERYTHING)
     assert response.status_code == 200, response.text
     body = response.json()
@@ -147,7 +147,7 @@ def served_rows(api: httpx.Client, path: str) -> tuple[list[dict[str, Any]], set
     ],
 )
 def test_merged_views_equal_the_batch_over_everything(
-    layers: tuple[Settings, Settings], api: httpx.Client, view: str, path: str
+    layers: tuple[Settings, Settings], api: httpx2.Client, view: str, path: str
 ) -> None:
     _, truth = layers
     rows, sources = served_rows(api, path)
@@ -158,7 +158,7 @@ def test_merged_views_equal_the_batch_over_everything(
 
 
 def test_merged_trips_of_every_vehicle_equal_the_batch(
-    layers: tuple[Settings, Settings], api: httpx.Client
+    layers: tuple[Settings, Settings], api: httpx2.Client
 ) -> None:
     _, truth = layers
     expected = truth_rows(truth, "vehicle_trips")
@@ -176,7 +176,7 @@ def test_merged_trips_of_every_vehicle_equal_the_batch(
 
 
 def test_status_names_the_served_version(
-    layers: tuple[Settings, Settings], api: httpx.Client
+    layers: tuple[Settings, Settings], api: httpx2.Client
 ) -> None:
     status = api.get("/v1/status").json()
     assert status["batch_version"] == 1

@@ -1,0 +1,81 @@
+"""Every third-party module the installed packages import is a declared runtime dependency.
+
+`make setup` installs the dev extras too, so a module that only a dev tool
+pulls in (httpx was one) imports fine here and fails on a host that ran
+`pip install .`, as the CronJob's image does. This reads the imports from the
+source, not from what happens to be installed.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+import tomllib
+from importlib.metadata import packages_distributions, requires
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("shared", "speed_layer", "batch_layer", "serving", "lambdaline")
+# parts of a declared dependency, versioned by it: Spark's bridge to its JVM
+# (pyspark pins its exact version) and the toolkit FastAPI is built on
+COMES_WITH = {"py4j": "pyspark", "starlette": "fastapi"}
+
+
+def _normalised(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _distribution(requirement: str) -> str:
+    """`uvicorn[standard]>=0.34,<1` -> `uvicorn`."""
+    return _normalised(re.split(r"[\s\[(<>=!~;]", requirement, maxsplit=1)[0])
+
+
+def declared_dependencies() -> set[str]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return {_distribution(spec) for spec in project["dependencies"]}
+
+
+def imported_modules() -> dict[str, set[str]]:
+    """Top-level module -> the files importing it, for absolute imports outside the stdlib."""
+    found: dict[str, set[str]] = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Import):
+                    names = [alias.name for alias in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    names = [node.module]
+                else:
+                    continue
+                for name in names:
+                    top = name.partition(".")[0]
+                    if top not in sys.stdlib_module_names and top not in PACKAGES:
+                        found.setdefault(top, set()).add(str(path.relative_to(ROOT)))
+    return found
+
+
+def test_the_reader_finds_the_imports_it_must() -> None:
+    modules = imported_modules()
+    assert {"pyspark", "duckdb", "fastapi", "kafka", "httpx2"} <= modules.keys()
+    assert "json" not in modules and "shared" not in modules
+
+
+def test_every_third_party_import_is_a_declared_dependency() -> None:
+    declared = declared_dependencies()
+    distributions = packages_distributions()
+    undeclared = {
+        module: sorted(files)
+        for module, files in imported_modules().items()
+        if module not in COMES_WITH
+        and not declared & {_normalised(d) for d in distributions.get(module, [module])}
+    }
+    assert undeclared == {}, f"imported but not in [project] dependencies: {undeclared}"
+
+
+def test_what_comes_with_a_dependency_is_one_it_requires() -> None:
+    declared = declared_dependencies()
+    for module, parent in COMES_WITH.items():
+        assert _normalised(parent) in declared
+        needs = {_distribution(r) for r in requires(parent) or [] if "extra ==" not in r}
+        assert _normalised(module) in needs, f"{parent} no longer requires {module}: declare it"
