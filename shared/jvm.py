@@ -1,10 +1,12 @@
 """The JDK and the JVM jars from Maven Central (the Kafka broker, the Spark Kafka connector).
 
-``deploy/jvm/pom.xml`` names the versions; Maven resolves each profile into its
-own folder under ``jvm_cache_dir`` (their kafka-clients versions differ and must
-not share a classpath). A folder is keyed by a hash of the pom, so editing a
-version resolves afresh, and is filled atomically (resolved into a temporary
-folder, then renamed), so an interrupted resolution never leaves half a folder.
+``pom.xml`` beside this module names the versions (``deploy/jvm/pom.xml`` links
+to it; it ships in the package, so ``pip install .`` has it too). Maven resolves
+each profile into its own folder under ``jvm_cache_dir`` (their kafka-clients
+versions differ and must not share a classpath). A folder is keyed by a hash of
+the pom, so editing a version resolves afresh, and is filled atomically
+(resolved into a temporary folder, then renamed), so an interrupted resolution
+never leaves half a folder.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 
 from shared.settings import Settings
 
-POM_PATH = Path(__file__).resolve().parents[1] / "deploy" / "jvm" / "pom.xml"
+POM_PATH = Path(__file__).with_name("pom.xml")
 _POM_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
 _UNREACHABLE_HINTS = (
     "Unknown host",
@@ -93,7 +95,7 @@ def resolve_jars(settings: Settings, profile: JvmProfile, pom: Path = POM_PATH) 
 
 def _run_maven(profile: JvmProfile, pom: Path, target: Path) -> None:
     if not pom.is_file():
-        raise JarResolutionError(f"Maven file {pom} not found (run from a lambdaline checkout)")
+        raise JarResolutionError(f"Maven file {pom} not found (reinstall lambdaline)")
     mvn = shutil.which("mvn")
     if mvn is None:
         raise JarResolutionError(

@@ -1,9 +1,11 @@
-"""Every third-party module the installed packages import is a declared runtime dependency.
+"""What `pip install .` gives a host that runs the layers: every third-party module the
+packages import as a declared runtime dependency, every data file they read in the package.
 
-`make setup` installs the dev extras too, so a module that only a dev tool
-pulls in (httpx was one) imports fine here and fails on a host that ran
-`pip install .`, as the CronJob's image does. This reads the imports from the
-source, not from what happens to be installed.
+`make setup` installs the dev extras, editable, so a module that only a dev tool
+pulls in (httpx was one) imports fine here, and a file read from the checkout
+(the Maven pom was one) is found here; both failed on a host that ran
+`pip install .`, as the CronJob's image does. These tests read the source and
+pyproject.toml, not what happens to be installed.
 """
 
 from __future__ import annotations
@@ -79,3 +81,17 @@ def test_what_comes_with_a_dependency_is_one_it_requires() -> None:
         assert _normalised(parent) in declared
         needs = {_distribution(r) for r in requires(parent) or [] if "extra ==" not in r}
         assert _normalised(module) in needs, f"{parent} no longer requires {module}: declare it"
+
+
+def test_every_data_file_the_packages_read_ships_in_them() -> None:
+    from shared.jvm import POM_PATH
+    from shared.spark_session import DRIVER_LOG4J2
+    from speed_layer.job import SCHEDULER_POOLS_FILE
+
+    package_data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-data"
+    ]
+    for path in (POM_PATH, DRIVER_LOG4J2, SCHEDULER_POOLS_FILE):
+        package = path.parent.name
+        assert path.parent == ROOT / package and package in PACKAGES, path
+        assert path.is_file() and path.name in package_data[package], path
