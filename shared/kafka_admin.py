@@ -341,7 +341,12 @@ def kafka_consumer(settings: Settings, client_id: str, **configs: Any) -> KafkaC
     that times out (``bootstrap_timeout_ms``) raises out of the constructor with
     that thread still running: a caller that retries an unreachable cluster
     gained a thread per attempt. Here a failed construction closes it.
+
+    A consumer without a ``group_id`` has nowhere to commit: auto-commit is off
+    (kafka-python would turn it off too, with a warning in every such reader's log).
     """
+    if configs.get("group_id") is None:
+        configs.setdefault("enable_auto_commit", False)
     with bootstrap_reasons():
         return _Consumer(
             bootstrap_servers=settings.kafka_bootstrap,

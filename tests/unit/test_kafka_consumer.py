@@ -23,3 +23,21 @@ def test_a_consumer_that_cannot_bootstrap_stops_its_network_thread(tmp_path: Pat
         with pytest.raises(KafkaTimeoutError, match="Unable to bootstrap"):
             kafka_consumer(settings, "lambdaline-test-retry", bootstrap_timeout_ms=300)
     assert network_threads("lambdaline-test-retry") == []
+
+
+@pytest.mark.parametrize(
+    ("configs", "auto_commit"),
+    [
+        ({}, False),  # kafka-python's default group_id is None
+        ({"group_id": None}, False),
+        ({"group_id": "lambdaline-api"}, None),  # kafka-python's own default applies
+        ({"group_id": None, "enable_auto_commit": True}, True),  # the caller's word stands
+    ],
+)
+def test_a_consumer_without_a_group_does_not_auto_commit(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, configs: dict[str, object], auto_commit: object
+) -> None:
+    built: dict[str, object] = {}
+    monkeypatch.setattr("shared.kafka_admin._Consumer", lambda **kwargs: built.update(kwargs))
+    kafka_consumer(Settings(state_dir=tmp_path), "lambdaline-test", **configs)
+    assert built.get("enable_auto_commit") == auto_commit
