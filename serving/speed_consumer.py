@@ -116,8 +116,7 @@ class SpeedConsumer:
         return kafka_consumer(
             self.settings,
             client_id="lambdaline-serving",
-            group_id=None,
-            enable_auto_commit=False,
+            group_id=None,  # positions are the store's, not Kafka's: no commits
             # resuming at a position retention has since deleted: the earliest record kept
             auto_offset_reset="earliest",
             bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS,

@@ -247,9 +247,7 @@ def offset_bounds(settings: Settings, topics: Collection[str]) -> dict[tuple[str
     Raises KafkaUnreachableError if the cluster does not answer.
     """
     try:
-        consumer = kafka_consumer(
-            settings, "lambdaline-check", group_id=None, enable_auto_commit=False
-        )
+        consumer = kafka_consumer(settings, "lambdaline-check", group_id=None)
         try:
             partitions = [
                 TopicPartition(topic, number)
