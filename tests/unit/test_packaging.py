@@ -1,5 +1,6 @@
 """What `pip install .` gives a host that runs the layers: every third-party module the
-packages import as a declared runtime dependency, every data file they read in the package.
+packages import as a declared runtime dependency, every data file they read in the package;
+and what `make setup` installs: a tested version of every declared dependency.
 
 `make setup` installs the dev extras, editable, so a module that only a dev tool
 pulls in (httpx was one) imports fine here, and a file read from the checkout
@@ -16,6 +17,8 @@ import sys
 import tomllib
 from importlib.metadata import packages_distributions, requires
 from pathlib import Path
+
+from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("shared", "speed_layer", "batch_layer", "serving", "lambdaline")
@@ -95,3 +98,30 @@ def test_every_data_file_the_packages_read_ships_in_them() -> None:
         package = path.parent.name
         assert path.parent == ROOT / package and package in PACKAGES, path
         assert path.is_file() and path.name in package_data[package], path
+
+
+def constraint_pins() -> dict[str, str]:
+    """constraints.txt (written by `make lock`) as distribution -> exact version."""
+    pins = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        entry = line.partition("#")[0].strip()
+        if entry:
+            name, separator, version = entry.partition("==")
+            assert separator and version, f"constraints.txt: {line!r} is not name==version"
+            pins[_normalised(name)] = version
+    return pins
+
+
+def test_constraints_pin_every_declared_dependency_within_its_range() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = [spec for specs in project["optional-dependencies"].values() for spec in specs]
+    pins = constraint_pins()
+    assert "pyspark" in pins and "lambdaline" not in pins  # the project itself is never pinned
+    for spec in [*project["dependencies"], *extras]:
+        requirement = Requirement(spec)
+        name = _normalised(requirement.name)
+        assert name in pins, f"{name} is not in constraints.txt: run `make lock`"
+        assert requirement.specifier.contains(pins[name], prereleases=True), (
+            f"constraints.txt pins {name}=={pins[name]}, outside pyproject.toml's {spec!r}: "
+            "run `make lock`"
+        )
