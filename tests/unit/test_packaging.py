@@ -33,7 +33,7 @@ def _normalised(name: str) -> str:
 
 def _distribution(requirement: str) -> str:
     """`uvicorn[standard]>=0.34,<1` -> `uvicorn`."""
-    return _normalised(re.split(r"[\s\[(<>=!~;]", requirement, maxsplit=1)[0])
+    return _normalised(Requirement(requirement).name)
 
 
 def declared_dependencies() -> set[str]:
@@ -118,8 +118,7 @@ def test_constraints_pin_every_declared_dependency_within_its_range() -> None:
     pins = constraint_pins()
     assert "pyspark" in pins and "lambdaline" not in pins  # the project itself is never pinned
     for spec in [*project["dependencies"], *extras]:
-        requirement = Requirement(spec)
-        name = _normalised(requirement.name)
+        requirement, name = Requirement(spec), _distribution(spec)
         assert name in pins, f"{name} is not in constraints.txt: run `make lock`"
         assert requirement.specifier.contains(pins[name], prereleases=True), (
             f"constraints.txt pins {name}=={pins[name]}, outside pyproject.toml's {spec!r}: "
