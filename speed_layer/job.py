@@ -31,7 +31,7 @@ from shared.streaming import (
     wait_for,
 )
 from shared.topics import input_topics
-from shared.validation import DecodedRecords, decode_records
+from shared.validation import DecodedRecords, decode_each_topic
 from shared.views import COUNTED_INPUTS, booth_stats, without_duplicates
 from speed_layer.checkpoint import checkpoint_dir
 from speed_layer.lookups import diagnostic_counts, entry_lookups, publish_lookups
@@ -130,7 +130,7 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
     # decodes by their event types' rules only (less code to generate per micro-batch)
     def decoded(*event_types: EventType) -> DecodedRecords:
         raw = read_input_topics(spark, settings, event_types)
-        return decode_records(
+        return decode_each_topic(
             raw, settings.topics, settings.max_future_skew, event_types=event_types
         )
 

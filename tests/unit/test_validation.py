@@ -21,8 +21,10 @@ from shared.events import TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION, EventType
 from shared.settings import TopicSettings
 from shared.validation import (
     DEAD_LETTER_SCHEMA,
+    DecodedRecords,
     _shape_pattern,
     classify_records,
+    decode_each_topic,
     decode_records,
     split_classified,
 )
@@ -353,3 +355,40 @@ def test_a_reader_of_one_topic_decodes_by_its_event_type_alone(spark: SparkSessi
         )
         in dead_by_entry
     )
+
+
+def test_decoding_each_topic_by_its_own_rules_gives_the_same_rows(spark: SparkSession) -> None:
+    exit_ = {"event_id": "x-1", "booth_id": "b", "exit_time": "2026-01-05T05:00:00Z",
+             "license_plate": "P"}  # fmt: skip
+    registration = {"event_id": "r-1", "registration_id": "R1", "license_plate": "P",
+                    "expired": True, "registration_time": "2025-12-24T10:00:00.000Z"}  # fmt: skip
+    records = raw(
+        spark,
+        ("toll.entries", entry_json()),
+        ("toll.entries", entry_json(booth_id="")),  # invalid_value
+        ("toll.entries", json.dumps(exit_).encode()),  # an exit on the entries' topic
+        ("toll.exits", json.dumps(exit_).encode()),
+        ("toll.exits", b"nope"),  # invalid_json
+        ("vehicle.registrations", json.dumps(registration).encode()),
+        ("vehicle.registrations", json.dumps({**registration, "expired": "yes"}).encode()),
+        ("toll.unknown", entry_json()),  # a topic of no event type
+    )
+
+    def rows(decoded: DecodedRecords) -> tuple[list[Row], dict[str, list[Row]]]:
+        dead = decoded.dead_letters.select("source_offset", "reason", "detail")
+        events = {name: frame.orderBy("source_offset").collect()
+                  for name, frame in decoded.events.items()}  # fmt: skip
+        return dead.orderBy("source_offset").collect(), events
+
+    each_topic = rows(decode_each_topic(records, TOPICS, timedelta(hours=1)))
+    assert each_topic == rows(decode_records(records, TOPICS, timedelta(hours=1)))
+    # by hand: one valid record of each type; offsets 1, 2, 4, 6 and 7 are dead letters
+    dead, events = each_topic
+    assert [len(events[t.name]) for t in (TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION)] == [1, 1, 1]
+    assert [(row.source_offset, row.reason) for row in dead] == [
+        (1, "invalid_value"),
+        (2, "missing_field"),
+        (4, "invalid_json"),
+        (6, "invalid_value"),
+        (7, "invalid_value"),
+    ]
