@@ -382,7 +382,8 @@ def decode_each_topic(
     in a branch of its own: Spark generates every branch's code again each
     micro-batch and serialises it into the branch's tasks, so the smaller the
     branch, the less each micro-batch costs. The dead letters still come from
-    one decode by every type's rules (a record of another topic among them).
+    one decode by every type's rules, so a record of a topic of none of these
+    types is one of them, as in :func:`decode_records`.
     """
     every_rule = decode_records(raw, topics, max_future_skew, event_types=event_types)
     events = {

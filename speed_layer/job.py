@@ -127,7 +127,8 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
 
     # read sources and decode them by the shared rule; every query is a Kafka
     # consumer of its own, so each reads only the topics its views need, and
-    # decodes by their event types' rules only (less code to generate per micro-batch)
+    # decodes each type's events by that type's rules only (less code to generate,
+    # serialise and ship to the tasks every micro-batch)
     def decoded(*event_types: EventType) -> DecodedRecords:
         raw = read_input_topics(spark, settings, event_types)
         return decode_each_topic(
