@@ -68,6 +68,14 @@ def entry_json(**changes: Any) -> bytes:
     return json.dumps({k: v for k, v in wire.items() if v is not ...}).encode()
 
 
+def rows_of(decoded: DecodedRecords) -> tuple[list[Row], dict[str, list[Row]]]:
+    """Dead letters (offset, reason, detail) and each type's events, in offset order."""
+    dead = decoded.dead_letters.select("source_offset", "reason", "detail")
+    events = {name: frame.orderBy("source_offset").collect()
+              for name, frame in decoded.events.items()}  # fmt: skip
+    return dead.orderBy("source_offset").collect(), events
+
+
 def reasons_of(
     spark: SparkSession, *values: bytes, topic: str = "toll.entries"
 ) -> list[tuple[str, str]]:
@@ -301,11 +309,7 @@ def test_the_fast_path_decides_as_the_field_by_field_path(spark: SparkSession) -
 
     def decided(fast_path: bool) -> tuple[list[Row], dict[str, list[Row]]]:
         classified = classify_records(raw(spark, *records), TOPICS, timedelta(hours=1), fast_path)
-        decoded = split_classified(classified, TOPICS)
-        dead = decoded.dead_letters.select("source_offset", "reason", "detail")
-        events = {name: frame.orderBy("source_offset").collect()
-                  for name, frame in decoded.events.items()}  # fmt: skip
-        return dead.orderBy("source_offset").collect(), events
+        return rows_of(split_classified(classified, TOPICS))
 
     fast, slow = decided(True), decided(False)
     assert fast == slow
@@ -374,14 +378,8 @@ def test_decoding_each_topic_by_its_own_rules_gives_the_same_rows(spark: SparkSe
         ("toll.unknown", entry_json()),  # a topic of no event type
     )
 
-    def rows(decoded: DecodedRecords) -> tuple[list[Row], dict[str, list[Row]]]:
-        dead = decoded.dead_letters.select("source_offset", "reason", "detail")
-        events = {name: frame.orderBy("source_offset").collect()
-                  for name, frame in decoded.events.items()}  # fmt: skip
-        return dead.orderBy("source_offset").collect(), events
-
-    each_topic = rows(decode_each_topic(records, TOPICS, timedelta(hours=1)))
-    assert each_topic == rows(decode_records(records, TOPICS, timedelta(hours=1)))
+    each_topic = rows_of(decode_each_topic(records, TOPICS, timedelta(hours=1)))
+    assert each_topic == rows_of(decode_records(records, TOPICS, timedelta(hours=1)))
     # by hand: one valid record of each type; offsets 1, 2, 4, 6 and 7 are dead letters
     dead, events = each_topic
     assert [len(events[t.name]) for t in (TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION)] == [1, 1, 1]
