@@ -13,6 +13,12 @@ encoded rows are kept in the version's :class:`serving.result_cache.ResultCache`
 and answered from there the next time. The ``X-Cache`` header says which:
 ``hit``, ``miss`` (computed, now kept) or ``bypass`` (it reads the speed store,
 or the cache is off).
+
+A read of one key's rows over at most a day (a booth's day, a vehicle's day)
+runs on the event loop: it reads one row group, about a millisecond of DuckDB,
+and under load the hand-over to the thread pool and back cost more CPU than
+the read itself (docs/performance.md, "The serving layer"). Larger reads go to
+the thread pool, so that they do not hold up the worker's other requests.
 """
 
 from __future__ import annotations
@@ -72,26 +78,47 @@ async def view_rows(
 ) -> ViewRows:
     """A query's merged rows, encoded (``serving.queries``); cached if batch-only.
 
-    A cache hit is answered on the event loop; reading the stores (DuckDB, which
-    blocks) and encoding run in the thread pool, as a plain endpoint would.
+    A cache hit is answered on the event loop, and so is a small read
+    (:func:`reads_on_event_loop`); a larger one reads the stores (DuckDB, which
+    blocks) and encodes in the thread pool, as a plain endpoint would.
     """
     if batch is None:
-        rows = await run_in_threadpool(_read, query, batch, speed, roll_up_to)
+        rows = await _read(query, batch, speed, roll_up_to)
         return ViewRows(rows, None, None, "bypass")
     horizon, version = batch.version.horizon, batch.version.version
     if not batch.cache.enabled or query.end > horizon:  # the speed store takes part
-        rows = await run_in_threadpool(_read, query, batch, speed, roll_up_to)
+        rows = await _read(query, batch, speed, roll_up_to)
         return ViewRows(rows, horizon, version, "bypass")
     key = (query.key(), roll_up_to)
     found = batch.cache.get(key)
     if found is not None:
         return ViewRows(found, horizon, version, "hit")
-    rows = await run_in_threadpool(_read, query, batch, speed, roll_up_to)
+    rows = await _read(query, batch, speed, roll_up_to)
     batch.cache.put(key, rows)
     return ViewRows(rows, horizon, version, "miss")
 
 
-def _read(
+EVENT_LOOP_SPAN = timedelta(days=1)
+"""The longest range of one key's rows read on the event loop (the module's docstring)."""
+
+
+def reads_on_event_loop(query: ViewQuery) -> bool:
+    """True for a read of one key's rows (a filter) over at most :data:`EVENT_LOOP_SPAN`."""
+    return bool(query.filters) and query.end - query.start <= EVENT_LOOP_SPAN
+
+
+async def _read(
+    query: ViewQuery,
+    batch: BatchSnapshot | None,
+    speed: SpeedTables,
+    roll_up_to: timedelta | None,
+) -> Encoded:
+    if reads_on_event_loop(query):
+        return _encoded(query, batch, speed, roll_up_to)
+    return await run_in_threadpool(_encoded, query, batch, speed, roll_up_to)
+
+
+def _encoded(
     query: ViewQuery,
     batch: BatchSnapshot | None,
     speed: SpeedTables,

@@ -25,7 +25,7 @@ import pytest
 from batch_layer.publish import empty_store_tables, publish_version
 from serving.batch_reader import BatchSnapshot
 from serving.queries import ViewQuery, encoded_rows, naive_utc, rolled_up_rows
-from serving.responses import encode_rows
+from serving.responses import encode_rows, reads_on_event_loop
 from serving.speed_tables import SpeedTables
 from shared.batch_store import STORE_TABLE_BY_NAME, read_current
 from shared.merge import Row, Source, merge_at_horizon, roll_up_booth_stats, sources_for
@@ -306,3 +306,25 @@ def test_the_hand_written_buckets_of_a_horizon_inside_them(tmp_path: Path) -> No
             assert (len(buckets), truncated) == (count, cut)
     finally:
         batch.retire()
+
+
+@pytest.mark.parametrize(
+    ("view", "filters", "start", "end", "on_loop"),
+    [
+        ("booth_stats", {"booth_id": "b1"}, "2026-01-05T00:00", "2026-01-06T00:00", True),
+        ("booth_stats", {"booth_id": "b1"}, "2026-01-05T10:00", "2026-01-05T11:00", True),
+        ("vehicle_trips", {"license_plate": "P1"}, "2026-01-05T06:00", "2026-01-06T06:00", True),
+        ("booth_stats", {"booth_id": "b1"}, "2026-01-05T00:00", "2026-01-06T00:05", False),
+        ("booth_stats", {}, "2026-01-05T10:00", "2026-01-05T11:00", False),
+        ("diagnostics", {}, "2026-01-05T00:00", "2026-01-05T00:05", False),
+    ],
+    ids=["booth-day", "booth-hour", "plate-day", "booth-day-and-5m", "all-booths", "no-key"],
+)
+def test_one_keys_rows_over_at_most_a_day_are_read_on_the_event_loop(
+    view: str, filters: dict[str, str], start: str, end: str, on_loop: bool
+) -> None:
+    """Small reads stay on the event loop; wider ones (no key, or over a day) go to a thread."""
+    query = ViewQuery(
+        view, datetime.fromisoformat(start + "Z"), datetime.fromisoformat(end + "Z"), filters
+    )
+    assert reads_on_event_loop(query) is on_loop
