@@ -3,8 +3,9 @@
 They do no blocking I/O, so they are ``async``: FastAPI runs them on the event
 loop instead of handing each to the thread pool (a thread hop per dependency
 per request). The endpoints are ``async`` too: they answer from the batch
-version's result cache on the event loop and hand DuckDB (which blocks) to the
-thread pool (``serving.responses.view_rows``).
+version's result cache, and read one key's day from DuckDB, on the event loop,
+and hand larger reads (DuckDB blocks) to the thread pool
+(``serving.responses.view_rows``).
 """
 
 from __future__ import annotations
