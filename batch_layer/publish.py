@@ -108,7 +108,9 @@ groups by their min/max: a booth-day query measured 2.2 -> 1.5 ms."""
 def _copy_table(
     connection: duckdb.DuckDBPyConnection, table_name: str, fresh: pa.Table, has_previous: bool
 ) -> None:
-    """Create a table from the previous version's rows of dates not recomputed plus fresh rows."""
+    """Create a table from the previous version's rows of dates not recomputed plus fresh
+    rows, stored in key order: the API reads the batch side's rows unsorted
+    (``serving.queries.ViewQuery.sql``), and skips row groups by their min/max."""
     table = next(spec for spec in STORE_TABLES if spec.name == table_name)
     columns = ", ".join(f'"{name}"' for name in table.column_names)
     order = ", ".join(f'"{name}"' for name in table.key)
