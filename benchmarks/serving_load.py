@@ -12,9 +12,11 @@ schedule whether or not earlier ones finished, and latency counts from the
 scheduled start (so a slow server cannot hide its queueing). It reports
 requests/s served, p50/p99 latency, errors, the share of answers from the
 version's result cache (``X-Cache: hit``) and the server's CPU per request
-served (all its worker processes, from /proc) per rate, and the same query run
-directly in DuckDB on the version file, so the server's own overhead (HTTP,
-validation, merge, JSON) is the difference. ``--cache-mb 0`` turns the cache
+served (all its worker processes, from /proc) per rate, and the server's own
+query (its SQL text and parameters, which write the rows' JSON) run directly in
+DuckDB on the version file, with its latency and CPU, so the server's own
+overhead (HTTP, routing, dependencies, the response) is the difference in CPU
+per request. ``--cache-mb 0`` turns the cache
 off (every request reads DuckDB). The days are drawn at random from 3,000
 booth-days. With the cache on, every booth-day is first requested once (the
 "priming" pass, closed loop, which also measures what a miss costs), so the
@@ -53,7 +55,9 @@ from lambdaline.bench.load import open_loop
 from lambdaline.bench.measure import cpu_seconds_of_tree, own_cpu_seconds, percentile
 from lambdaline.kafka_broker import ephemeral_broker, free_port
 from lambdaline.processes import exit_on_signals, stop_process, wait_until_answers
-from shared.batch_store import version_file
+from serving.queries import ViewQuery
+from shared.batch_store import read_current
+from shared.merge import Source
 from shared.settings import Settings
 from shared.topic_admin import create_topics
 
@@ -183,30 +187,32 @@ def full_day(status: int, body: bytes) -> bool:
     return status == 200 and body.count(b'"booth_id"') == 288
 
 
-def raw_duckdb(path: Path, repeats: int = 2000) -> list[float]:
-    """The booth-day query straight on the version file, as the server's queries read it."""
+def raw_duckdb(store: Path, threads: int, repeats: int = 2000) -> tuple[list[float], float]:
+    """The server's booth-day query (``ViewQuery.sql``, the batch side: the same text
+    and parameters) straight on the current version file, on ``threads`` DuckDB
+    threads, fetched as ``serving.queries.encoded_rows`` fetches it: each query's
+    wall time, and the CPU seconds per query (this process's, DuckDB's included)."""
+    version = read_current(store)
+    assert version is not None
     rng = random.Random(9)
     timings = []
-    with duckdb.connect(str(path), read_only=True) as connection:
+    cpu_before = time.process_time()
+    with duckdb.connect(
+        str(store / version.path), read_only=True, config={"threads": threads}
+    ) as connection:
         for _ in range(repeats):
             day = datetime.combine(
-                FIRST_DAY + timedelta(days=rng.randrange(DAYS)), datetime.min.time()
+                FIRST_DAY + timedelta(days=rng.randrange(DAYS)), datetime.min.time(), UTC
             )
+            filters = {"booth_id": f"booth-{rng.randrange(BOOTHS):02d}"}
+            query = ViewQuery("booth_stats", day, day + timedelta(days=1), filters, 10_000)
+            text, params = query.sql(Source.BATCH, version.horizon)
             cursor = connection.cursor()
             started = time.perf_counter()
-            cursor.execute(
-                'SELECT * FROM "booth_stats" WHERE "window_start" >= ? AND "window_start" < ? '
-                'AND "booth_id" = ? AND "window_start" < ? ORDER BY "booth_id", "window_start"',
-                [
-                    day,
-                    day + timedelta(days=1),
-                    f"booth-{rng.randrange(BOOTHS):02d}",
-                    datetime(2100, 1, 1),
-                ],
-            ).fetchall()
+            cursor.execute(text, params).fetchall()
             timings.append(time.perf_counter() - started)
             cursor.close()
-    return timings
+    return timings, (time.process_time() - cpu_before) / repeats
 
 
 @contextmanager
@@ -305,9 +311,13 @@ def main() -> None:
                 )
         finally:
             stop_process(server, grace=30)
-        raw = raw_duckdb(version_file(settings.batch_store, 1))
+        raw, cpu = raw_duckdb(settings.batch_store, settings.serving_duckdb_threads)
         p50, p99 = percentile(raw, 0.5) * 1000, percentile(raw, 0.99) * 1000
-        print(f"raw DuckDB booth-day query (same SQL): p50 {p50:.2f} ms, p99 {p99:.2f} ms")
+        print(
+            f"raw DuckDB booth-day query (the server's SQL): p50 {p50:.2f} ms, p99 {p99:.2f} ms, "
+            f"{cpu * 1000:.2f} ms of CPU per query (the server's CPU per request less this is "
+            "its own overhead)"
+        )
 
 
 if __name__ == "__main__":
