@@ -284,7 +284,7 @@ class Settings(BaseSettings):
     )  # fmt: skip
     serving_duckdb_threads: int = Field(
         1, ge=1, description="per API worker: threads of each store's DuckDB; one suits many "
-        "small concurrent queries (the request pool runs them side by side), more help a few "
+        "small concurrent queries (the workers run them side by side), more help a few "
         "large roll-ups",
     )  # fmt: skip
 
