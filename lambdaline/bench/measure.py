@@ -9,6 +9,7 @@ import statistics
 import subprocess
 import threading
 import time
+from datetime import datetime, timedelta
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -119,6 +120,24 @@ def percentile(values: list[float], q: float) -> float:
     """The nearest-rank ``q`` quantile (0..1); NaN for no values."""
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def microbatch_span_s(progress: list[dict[str, Any]]) -> float | None:
+    """Seconds from the start of the first micro-batch that read rows to the end of the
+    last one, over every query: a run's processing without the JVM's start-up and the
+    queries' planning before their first trigger, or None if no micro-batch read a row.
+
+    ``progress``: the speed store's ``speed.progress`` records (``timestamp``, the
+    trigger's start in ISO-8601 UTC, and ``batch_duration_ms``).
+    """
+    spans = []
+    for record in progress:
+        if record["num_input_rows"]:
+            began = datetime.fromisoformat(record["timestamp"])
+            spans.append((began, began + timedelta(milliseconds=record["batch_duration_ms"])))
+    if not spans:
+        return None
+    return (max(end for _, end in spans) - min(began for began, _ in spans)).total_seconds()
 
 
 def _sent(step: dict[str, Any], topic: str = "all") -> int:

@@ -48,6 +48,7 @@ from lambdaline.bench.measure import (
     TreeCpu,
     cpu_seconds_of_tree,
     machine,
+    microbatch_span_s,
     own_cpu_seconds,
     percentile,
     stop_spark_and_its_jvm,
@@ -195,8 +196,12 @@ class Bench:
         for record in progress:
             query = str(record["query"])
             dropped[query] = dropped.get(query, 0) + int(record["rows_dropped_by_watermark"])
+        span_s = microbatch_span_s(progress)
         self.results["speed"] = {
             "events_per_s": round(self.events / wall, 1),
+            # the same without start-up: from the first micro-batch's start to the last's end
+            "microbatch_span_s": None if span_s is None else round(span_s, 1),
+            "events_per_microbatch_s": None if not span_s else round(self.events / span_s, 1),
             "events_per_cpu_s": round(self.events / cpu_s, 1),
             "wall_s": round(wall, 1), "cpu_s": round(cpu_s, 1),
             "microbatch_s": _quantiles(durations, 0.5, 0.99),

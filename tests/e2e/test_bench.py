@@ -44,6 +44,9 @@ def test_bench_writes_results_report_and_charts(tmp_path: Path) -> None:
     assert len(speed["freshness_samples_s"]) == 2 and speed["freshness_not_seen"] == 0
     assert 0 < speed["freshness_s"]["p50"] <= speed["freshness_s"]["p99"]
     assert set(speed["microbatch_s"]) == {"p50", "p99"} and speed["microbatch_s"]["p50"] > 0
+    # the micro-batches are a part of the run: start-up comes before the first
+    assert 0 < speed["microbatch_span_s"] < speed["wall_s"]
+    assert speed["events_per_microbatch_s"] > speed["events_per_s"]
 
     batch = results["batch"]
     assert batch["records_ingested"] == dataset["events"]

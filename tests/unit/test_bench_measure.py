@@ -1,4 +1,5 @@
-"""The speed benchmark's verdict on which steps the job kept up with, and its CPU model."""
+"""The speed benchmark's verdict on which steps the job kept up with, its CPU model, and the
+span of a run's micro-batches."""
 
 from __future__ import annotations
 
@@ -6,7 +7,12 @@ import subprocess
 from types import SimpleNamespace
 from typing import Any
 
-from lambdaline.bench.measure import speed_cpu_model, speed_verdict, stop_spark_and_its_jvm
+from lambdaline.bench.measure import (
+    microbatch_span_s,
+    speed_cpu_model,
+    speed_verdict,
+    stop_spark_and_its_jvm,
+)
 
 TRIGGER_S, LOOKUP_TRIGGER_S = 1.0, 10.0
 
@@ -158,3 +164,24 @@ def test_under_spark_submit_the_session_stops_and_the_parent_jvm_is_left(monkeyp
 
     assert stop_spark_and_its_jvm(session) is None  # type: ignore[arg-type]
     assert session.stopped and SparkContext._gateway == "spark-submit's"
+
+
+def progress(query: str, started: str, duration_ms: int, rows: int) -> dict[str, Any]:
+    return {"query": query, "timestamp": started, "batch_duration_ms": duration_ms,
+            "num_input_rows": rows}  # fmt: skip
+
+
+def test_the_microbatch_span_runs_from_the_first_start_to_the_last_end_of_those_that_read() -> None:
+    records = [
+        progress("speed.booth_stats", "2026-11-26T13:53:04.295Z", 21_295, 148_490),
+        progress("speed.lookups", "2026-11-26T13:53:04.375Z", 51_670, 2_150_680),
+        progress("speed.lookups", "2026-11-26T13:53:56.055Z", 6_380, 0),  # read nothing
+        progress("speed.derived.diagnostics", "2026-11-26T13:54:02.525Z", 1_829, 4_331),
+    ]
+    # 13:53:04.295 to 13:54:04.354 (02.525 + 1.829), worked out by hand
+    assert microbatch_span_s(records) == 60.059
+
+
+def test_no_microbatch_read_a_row_so_there_is_no_span() -> None:
+    assert microbatch_span_s([]) is None
+    assert microbatch_span_s([progress("speed.lookups", "2026-11-26T13:53:04Z", 900, 0)]) is None
