@@ -1,6 +1,7 @@
 # lambdaline: two commands on a fresh machine.
 #   make demo   set up, then run the demo
 #   make test   set up, then lint and run the whole test suite
+#   make test-fast  the import contracts and the unit tests (a few minutes)
 # `make setup` is shared by both and idempotent: a virtual environment in .venv,
 # the package with its dev extras at the versions in constraints.txt (the ones
 # the suite last passed on), and the JVM jars resolved by Maven.
@@ -16,7 +17,7 @@ CONSTRAINTS ?= constraints.txt
 # the JDK that Spark, the broker and keytool run on: JAVA_HOME's, as their own scripts do
 JAVA   := $(if $(JAVA_HOME),$(JAVA_HOME)/bin/java,java)
 
-.PHONY: setup prerequisites jars demo test test-unit lint lock bench-generator bench-batch clean
+.PHONY: setup prerequisites jars demo test test-fast test-unit lint lock bench bench-generator bench-batch clean
 
 setup: prerequisites $(STAMP) jars
 
@@ -63,8 +64,19 @@ lint: $(STAMP)
 test: setup lint  # the 15 slowest tests are listed, to keep the suite's time in view
 	$(BIN)/pytest --durations=15
 
-test-unit: $(STAMP)
+# the inner loop, a few minutes: the import contracts, then every test that needs no
+# broker and starts no process of the project's (unit and API-contract tests)
+test-fast: $(STAMP)
+	$(BIN)/lint-imports
 	$(BIN)/pytest -m "not integration and not e2e"
+
+test-unit: test-fast
+
+# lambdaline bench over 1,000,000 events, then its table into README.md and its
+# report and charts into docs/bench/ (each replacing the last)
+bench: setup
+	$(BIN)/lambdaline bench --out bench-results
+	$(BIN)/python benchmarks/publish_bench.py
 
 bench-generator: setup
 	$(BIN)/python benchmarks/generator_throughput.py

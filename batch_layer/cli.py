@@ -31,15 +31,14 @@ from batch_layer.run import (
     run_batch,
 )
 from batch_layer.schedule import Scheduler, next_run_after, serve_until_signalled
-from shared.batch_store import STORE_TABLES
-from shared.cron import check_cron
-from shared.events import format_instant
-from shared.kafka_admin import KafkaNotReadyError, kafka_answers, require_kafka
-from shared.logs import configure_logging
+from shared.domain.events import format_instant
+from shared.platform.batch_store import STORE_TABLES
+from shared.platform.cron import check_cron
+from shared.platform.kafka_admin import KafkaNotReadyError, kafka_answers, require_kafka
+from shared.platform.logs import configure_logging
+from shared.platform.streaming import KafkaDataLossError, QueryFailedError
+from shared.platform.topic_ids import TopicsRecreatedError
 from shared.settings import Settings, get_settings
-from shared.streaming import KafkaDataLossError, QueryFailedError
-from shared.topic_ids import TopicsRecreatedError
-from shared.topics import input_topics
 
 batch_app = typer.Typer(
     help="The batch layer: master dataset, nightly recompute, versioned DuckDB publish."
@@ -57,7 +56,7 @@ def _spark_over_kafka(settings: Settings) -> SparkSession:
     """The batch's Spark session, once the cluster answers and holds the input topics
     (checked first: Spark's Kafka source would retry for minutes without saying why)."""
     try:
-        require_kafka(settings, input_topics(settings))
+        require_kafka(settings.kafka, settings.topics.inputs())
     except KafkaNotReadyError as error:
         raise _fail(str(error)) from None
     return batch_spark_session(settings)
@@ -153,7 +152,7 @@ def batch_run(
     settings = get_settings()
     # SIGTERM unwinds (lambdaline.cli.main): the lock is released, Spark stopped
     spark = _spark_over_kafka(settings)
-    lookback = settings.batch_lookback_days if lookback_days is None else lookback_days
+    lookback = settings.batch.lookback_days if lookback_days is None else lookback_days
     try:
         report = run_batch(spark, settings, day, lookback)
     except (BatchStoreError, MasterDatasetError) as error:
@@ -167,7 +166,7 @@ def batch_run(
     except TopicsRecreatedError as error:
         raise _fail(f"{error}; {KEPT}") from None
     except QueryFailedError as error:  # the ingest; its checkpoint keeps what it committed
-        failure = f"{error}{kafka_answers(settings)}"
+        failure = f"{error}{kafka_answers(settings.kafka)}"
         raise _fail(f"{failure}; the next run takes the ingest up where it stopped") from None
     finally:
         spark.stop()
@@ -326,7 +325,7 @@ def batch_schedule(
     """Run `lambdaline batch run` on a cron schedule (UTC) until Ctrl-C, one run at a time."""
     configure_logging()
     settings = get_settings()
-    expression = cron or settings.batch_cron
+    expression = cron or settings.batch.cron
     try:
         check_cron(expression)
     except ValueError as error:

@@ -148,8 +148,8 @@ def unfinished(stored: Collection[int], logged: Collection[int]) -> list[int]:
 
     Only the newest stored batch can be one (a run killed while it wrote that
     batch; the next micro-batch run again takes the same number). Raises
-    :class:`IngestLogError` if an older one lacks its entry too: a master dataset
-    ingested before the log was kept (2026-11-25), or a log edited by hand.
+    :class:`IngestLogError` if an older one lacks its entry too: a log edited or
+    lost by hand.
     """
     missing = sorted(set(stored) - set(logged))
     if len(missing) > 1 or (missing and missing[0] < max(logged, default=-1)):
@@ -157,7 +157,6 @@ def unfinished(stored: Collection[int], logged: Collection[int]) -> list[int]:
         raise IngestLogError(
             f"the master dataset stores ingest batch(es) {shown} that its ingest log does not "
             "list; only the newest batch may lack its entry (a run killed while writing it). "
-            "Was the master dataset ingested by a lambdaline from before the log (2026-11-25), "
-            "or its log edited by hand?"
+            "Was its log edited by hand, or put back from an older copy?"
         )
     return missing

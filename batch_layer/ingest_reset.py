@@ -3,7 +3,7 @@
 The ingest's checkpoint holds Kafka offsets. When Kafka no longer has what they
 point at (the input topics deleted and created again, the broker's data lost,
 records deleted by retention before the ingest read them), every run stops:
-Spark's ``failOnDataLoss``, or :func:`shared.topic_ids.require_same`. Every run
+Spark's ``failOnDataLoss``, or :func:`shared.platform.topic_ids.require_same`. Every run
 stops too when the checkpoint no longer knows every batch the master dataset
 stores (deleted, or put back from an older copy). The master dataset is the
 system's record and keeps all it stored, so it is not started over. Instead the
@@ -41,11 +41,10 @@ from batch_layer.master import (
     ingest_checkpoint,
 )
 from batch_layer.recompute import read_inventory
-from shared import topic_ids
-from shared.events import EVENT_TYPES
-from shared.kafka_admin import Bounds, offset_bounds
+from shared.domain.events import EVENT_TYPES
+from shared.platform import topic_ids
+from shared.platform.kafka_admin import Bounds, offset_bounds
 from shared.settings import Settings
-from shared.topics import input_topics
 
 EARLIEST = -2
 """Spark's ``startingOffsets`` value for a partition's earliest offset."""
@@ -132,11 +131,11 @@ def plan(spark: SparkSession, settings: Settings) -> IngestResetPlan:
         newest = ingest_log.read_entry(spark, settings, max(logged)) if logged else None
     except ValueError as error:
         raise MasterDatasetError(str(error)) from None
-    topics = input_topics(settings)
+    topics = settings.topics.inputs()
     created_again = {
         item.topic
         for item in topic_ids.recreated(
-            newest.topic_ids if newest else {}, topic_ids.current(settings, topics)
+            newest.topic_ids if newest else {}, topic_ids.current(settings.kafka, topics)
         )
     }
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -145,7 +144,7 @@ def plan(spark: SparkSession, settings: Settings) -> IngestResetPlan:
         aside=f"{checkpoint}.replaced-{stamp}" if has_checkpoint else None,
         first_batch=newest.batch + 1 if newest else 0,
         starts=starting_offsets(
-            newest.read_to if newest else {}, offset_bounds(settings, topics), created_again
+            newest.read_to if newest else {}, offset_bounds(settings.kafka, topics), created_again
         ),
         unfinished=unfinished,
     )

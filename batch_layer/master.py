@@ -9,7 +9,7 @@ Layout under ``settings.master_location`` (a local path or any Hadoop URL)::
     _ingest_log/3.json            batch 3 is stored whole, and what it had read to
                                   (batch_layer.ingest_log)
     _checkpoints/ingest/          the ingest query's Structured Streaming checkpoint,
-                                  with input_topic_ids.json (shared.topic_ids) and,
+                                  with input_topic_ids.json (shared.platform.topic_ids) and,
                                   after `batch reset-ingest`, ingest_start.json
 
 Every valid record is stored raw (``key``, ``value``, source topic, partition,
@@ -40,12 +40,17 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from batch_layer import hadoop_files, ingest_log
-from shared import topic_ids
-from shared.events import EVENT_TYPES, EventType
-from shared.failpoints import failpoint
-from shared.logs import log_event
-from shared.settings import Settings
-from shared.streaming import (
+from shared.domain.events import EVENT_TYPES, EventType
+from shared.domain.validation import (
+    DEAD_LETTER_SCHEMA,
+    SOURCE_COLUMNS,
+    classify_records,
+    split_classified,
+)
+from shared.platform import topic_ids
+from shared.platform.failpoints import failpoint
+from shared.platform.logs import log_event
+from shared.platform.streaming import (
     brief_java_errors,
     kafka_stream,
     raise_if_failed,
@@ -53,13 +58,7 @@ from shared.streaming import (
     stop_requests,
     wait_for,
 )
-from shared.topics import input_topics
-from shared.validation import (
-    DEAD_LETTER_SCHEMA,
-    SOURCE_COLUMNS,
-    classify_records,
-    split_classified,
-)
+from shared.settings import Settings
 
 logger = logging.getLogger("lambdaline.batch")
 
@@ -70,7 +69,7 @@ DEAD_LETTERS_DIR = "dead_letters"
 
 
 def events_location(settings: Settings, event_type: EventType) -> str:
-    return f"{settings.master_location}/topic={event_type.topic(settings.topics)}"
+    return f"{settings.master_location}/topic={settings.topics.of(event_type)}"
 
 
 def dead_letters_location(settings: Settings) -> str:
@@ -268,9 +267,7 @@ def check_ingest_checkpoint(settings: Settings, stored: int | None, begun: int |
 
 def claim_input_topics(spark: SparkSession, settings: Settings, now: dict[str, str]) -> None:
     """Record the input topics' ids (``now``) with a new ingest checkpoint; raise
-    :class:`shared.topic_ids.TopicsRecreatedError` if one differs from what it recorded.
-
-    A checkpoint from before the ids were recorded (2026-11-25) is taken to match.
+    :class:`shared.platform.topic_ids.TopicsRecreatedError` if one differs from what it recorded.
     """
     checkpoint = ingest_checkpoint(settings)
     location = f"{checkpoint}/{topic_ids.FILE_NAME}"
@@ -313,7 +310,9 @@ def _ingest_batch(
         # run again after a crash, the batch is not whole until it is logged again
         ingest_log.forget(spark, settings, batch_id)
         # decode once: every output below is a filter of this one persisted frame
-        classified = classify_records(batch, settings.topics, settings.max_future_skew).persist()
+        classified = classify_records(
+            batch, settings.topics, settings.views.max_future_skew
+        ).persist()
         try:
             records = classified.count()
             decoded = split_classified(classified, settings.topics, keep_raw=True)
@@ -364,12 +363,14 @@ def ingest(
     the micro-batches it ran (none if Kafka holds nothing new) are returned.
     """
     # a record Kafka already deleted (retention) is gone for good: say so and stop
-    reader = kafka_stream(spark, settings, input_topics(settings)).option("failOnDataLoss", "true")
+    reader = kafka_stream(spark, settings.kafka, settings.topics.inputs()).option(
+        "failOnDataLoss", "true"
+    )
     start = ingest_start(spark, settings)
     if start.starting_offsets is not None:  # read by Spark only when the checkpoint is new
         reader = reader.option("startingOffsets", json.dumps(start.starting_offsets))
-    if settings.batch_max_offsets_per_trigger is not None:
-        reader = reader.option("maxOffsetsPerTrigger", settings.batch_max_offsets_per_trigger)
+    if settings.batch.max_offsets_per_trigger is not None:
+        reader = reader.option("maxOffsetsPerTrigger", settings.batch.max_offsets_per_trigger)
     batches: list[IngestedBatch] = []
 
     def collect(ingested: IngestedBatch) -> None:
@@ -378,7 +379,7 @@ def ingest(
             on_batch(ingested)
 
     # a signal only sets the request while the query runs, and the query is stopped
-    # before the run exits (shared.streaming: a py4j call must not be left half-way)
+    # before the run exits (shared.platform.streaming: a py4j call must not be left half-way)
     with stop_requests() as stop:
         query = (
             reader.load()

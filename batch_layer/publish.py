@@ -20,7 +20,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from shared.batch_store import (
+from shared.platform.batch_store import (
     MANIFEST_TABLE,
     POINTER_FILE,
     STORE_TABLES,
@@ -29,10 +29,10 @@ from shared.batch_store import (
     read_current,
     version_file,
 )
-from shared.failpoints import failpoint
-from shared.files import fsync_path, replace_atomically
-from shared.locks import LockHeldError, exclusive_lock
-from shared.logs import log_event
+from shared.platform.failpoints import failpoint
+from shared.platform.files import fsync_path, replace_atomically
+from shared.platform.locks import LockHeldError, exclusive_lock
+from shared.platform.logs import log_event
 from shared.settings import describe_view_settings
 
 logger = logging.getLogger("lambdaline.batch")

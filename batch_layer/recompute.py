@@ -1,6 +1,6 @@
 """Which event dates a batch run recomputes, and the recompute itself.
 
-The views come from :func:`shared.views.all_views`, the same functions the
+The views come from :func:`shared.domain.views.all_views`, the same functions the
 speed layer calls; this module only chooses dates and reads their inputs.
 A view row belongs to the date of its entry (``entry_time`` or the window
 that holds it), so recomputing date *d* needs:
@@ -21,10 +21,16 @@ from datetime import date, timedelta
 from pyspark.sql import DataFrame, SparkSession
 
 from batch_layer import master
-from shared.events import EVENT_TYPES, TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION, EventType
+from shared.domain.events import EVENT_TYPES, TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION, EventType
+from shared.domain.validation import SOURCE_COLUMNS
+from shared.domain.views import (
+    COUNTED_INPUTS,
+    PERSISTED,
+    VIEW_INPUTS,
+    all_views,
+    without_duplicates,
+)
 from shared.settings import Settings
-from shared.validation import SOURCE_COLUMNS
-from shared.views import COUNTED_INPUTS, PERSISTED, VIEW_INPUTS, all_views, without_duplicates
 
 DEAD_LETTERS = "dead_letters"
 
@@ -135,13 +141,13 @@ def _events(
 ) -> DataFrame:
     """Valid events of these dates, without duplicates where a view counts them, persisted if asked.
 
-    Only entries are counted (``shared.views.COUNTED_INPUTS``): copies of an
+    Only entries are counted (``shared.domain.views.COUNTED_INPUTS``): copies of an
     exit or a registration cannot change the earliest exit or the latest
     registration of an entry, so they are not worth a shuffle and a sort. Only
     the columns the views read are kept (half the time of keeping whole events,
     measured at 1M entries); Parquet reads no others, so the raw key and value
     bytes stay on disk. Entries feed three views and are persisted; exits and
-    registrations each feed one persisted join (``shared.views.all_views``), so
+    registrations each feed one persisted join (``shared.domain.views.all_views``), so
     caching them would only cost the time to build the cache.
     """
     kept = VIEW_INPUTS[event_type.name]
@@ -164,7 +170,9 @@ def recompute(
     """
     last = max(dates, default=date.min)
     exit_dates = {
-        day + timedelta(days=n) for day in dates for n in range(trip_days(settings.max_trip) + 1)
+        day + timedelta(days=n)
+        for day in dates
+        for n in range(trip_days(settings.views.max_trip) + 1)
     }
     registration_dates = {
         day for day, _ in inventory.parts.get(VEHICLE_REGISTRATION.name, ()) if day <= last
@@ -172,7 +180,7 @@ def recompute(
     entries = _events(spark, settings, TOLL_ENTRY, dates, persist=True)
     exits = _events(spark, settings, TOLL_EXIT, exit_dates)
     registrations = _events(spark, settings, VEHICLE_REGISTRATION, registration_dates)
-    views = all_views(entries, exits, registrations, settings.window, settings.max_trip)
+    views = all_views(entries, exits, registrations, settings.views.window, settings.views.max_trip)
     views[DEAD_LETTERS] = master.read_dead_letters(spark, settings, dates)
     return views
 

@@ -24,12 +24,16 @@ from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElaps
 from batch_layer import master
 from batch_layer.publish import empty_store_tables, publish_version, run_lock
 from batch_layer.recompute import dates_to_recompute, read_inventory, recompute, release
-from shared import topic_ids
-from shared.batch_store import STORE_TABLE_BY_NAME, STORE_TABLES, BatchVersion, read_current
-from shared.logs import log_event
+from shared.platform import topic_ids
+from shared.platform.batch_store import (
+    STORE_TABLE_BY_NAME,
+    STORE_TABLES,
+    BatchVersion,
+    read_current,
+)
+from shared.platform.logs import log_event
+from shared.platform.spark_session import spark_session
 from shared.settings import Settings
-from shared.spark_session import spark_session
-from shared.topics import input_topics
 
 logger = logging.getLogger("lambdaline.batch")
 
@@ -139,7 +143,7 @@ def run_batch(
     Raises :class:`batch_layer.publish.BatchStoreError` if another run holds
     the lock, :class:`batch_layer.master.MasterDatasetError` if the master
     dataset's location cannot be used or it holds ingest batches its checkpoint
-    never began, :class:`shared.topic_ids.TopicsRecreatedError` if an input topic
+    never began, :class:`shared.platform.topic_ids.TopicsRecreatedError` if an input topic
     is not the one the ingest checkpoint read (all before anything is written).
     A failure before the pointer moves leaves the served version as it was.
     """
@@ -163,7 +167,7 @@ def run_batch(
                 stored=read_inventory(spark, settings).newest_batch(),
                 begun=master.newest_ingest_batch_begun(spark, settings),
             )
-            now = topic_ids.current(settings, input_topics(settings))
+            now = topic_ids.current(settings.kafka, settings.topics.inputs())
             master.claim_input_topics(spark, settings, now)
 
             def ingested(batch: master.IngestedBatch) -> None:
@@ -183,11 +187,11 @@ def run_batch(
         # recompute: the dates this version must replace, by the shared views
         with _step(report, "recompute", progress, "recompute views", cpu_clock) as task:
             published = read_current(store)
-            if published is not None and published.view_settings != settings.view_settings:
+            if published is not None and published.view_settings != settings.views.labels:
                 report.views_changed = True
                 log_event(
                     logger, "batch_view_settings_changed", published_version=published.version,
-                    published=published.view_settings, now=settings.view_settings,
+                    published=published.view_settings, now=settings.views.labels,
                 )  # fmt: skip
             inventory = read_inventory(spark, settings)
             dates = dates_to_recompute(
@@ -196,7 +200,7 @@ def run_batch(
                 published_horizon=published.horizon.date() if published else None,
                 published_ingest_batch=published.ingest_batch if published else None,
                 lookback_days=lookback_days,
-                max_trip=settings.max_trip,
+                max_trip=settings.views.max_trip,
                 views_changed=report.views_changed,
             )
             report.recomputed_dates = dates
@@ -217,8 +221,8 @@ def run_batch(
                 dates,
                 horizon_after(run_date),
                 ingest_batch,
-                settings.batch_keep_versions,
-                view_settings=settings.view_settings,
+                settings.batch.keep_versions,
+                view_settings=settings.views.labels,
             )
     report.seconds["total"] = round(time.monotonic() - started, 3)
     if cpu_clock is not None:

@@ -29,8 +29,8 @@ from types import FrameType
 
 from croniter import croniter
 
-from shared.logs import log_event
-from shared.process_groups import end_group
+from shared.platform.logs import log_event
+from shared.platform.process_groups import end_group
 
 logger = logging.getLogger("lambdaline.batch")
 

@@ -44,9 +44,9 @@ from lambdaline.bench.peer import peer_views
 from lambdaline.generator import GeneratorConfig, send_to_kafka
 from lambdaline.kafka_broker import ephemeral_broker
 from lambdaline.processes import exit_on_signals
-from shared.batch_store import STORE_TABLES
+from shared.platform.batch_store import STORE_TABLES
+from shared.platform.topic_admin import create_topics
 from shared.settings import Settings
-from shared.topic_admin import create_topics
 
 PEER_RUNS = 3
 WARM_RUNS = 3
@@ -66,7 +66,7 @@ def main() -> None:
         tempfile.TemporaryDirectory(prefix="lambdaline-bench-batch-") as state,
         ephemeral_broker(Path(state)) as broker,
     ):
-        settings: Settings = broker.model_copy(update={"batch_max_offsets_per_trigger": None})
+        settings: Settings = broker.updated(batch_max_offsets_per_trigger=None)
         create_topics(settings)
         config = GeneratorConfig(
             events=args.entries, seed=args.seed, traffic=args.traffic, plates=args.plates,

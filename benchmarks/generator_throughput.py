@@ -24,8 +24,8 @@ from pathlib import Path
 from lambdaline.generator import GeneratorConfig, send_to_kafka
 from lambdaline.kafka_broker import ephemeral_broker
 from lambdaline.processes import exit_on_signals
-from shared.jvm import pom_properties
-from shared.topic_admin import create_topics
+from shared.platform.jvm import pom_properties
+from shared.platform.topic_admin import create_topics
 
 
 def main() -> None:
@@ -57,7 +57,7 @@ def main() -> None:
     records = summary.records
     python, kafka = platform.python_version(), pom_properties()["kafka.version"]
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {python}")
-    protocol = settings.kafka_security_protocol
+    protocol = settings.kafka.security_protocol
     print(f"broker: Kafka {kafka}, embedded, {args.partitions} partitions per topic, {protocol}")
     entries = summary.by_kind["entry"]
     print(f"entries: {entries:,}  records: {records:,}  wall: {summary.seconds:.1f} s")

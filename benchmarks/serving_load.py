@@ -56,10 +56,11 @@ from lambdaline.bench.measure import cpu_seconds_of_tree, own_cpu_seconds, perce
 from lambdaline.kafka_broker import ephemeral_broker, free_port
 from lambdaline.processes import exit_on_signals, stop_process, wait_until_answers
 from serving.queries import ViewQuery
-from shared.batch_store import read_current
-from shared.merge import Source
+from shared.domain.merge import Source
+from shared.domain.view_specs import BOOTH_STATS
+from shared.platform.batch_store import read_current
+from shared.platform.topic_admin import create_topics
 from shared.settings import Settings
-from shared.topic_admin import create_topics
 
 BOOTHS, DAYS, FIRST_DAY = 50, 60, date(2026, 1, 1)
 API_KEY = "bench-key"
@@ -205,7 +206,7 @@ def raw_duckdb(store: Path, threads: int, repeats: int = 2000) -> tuple[list[flo
                 FIRST_DAY + timedelta(days=rng.randrange(DAYS)), datetime.min.time(), UTC
             )
             filters = {"booth_id": f"booth-{rng.randrange(BOOTHS):02d}"}
-            query = ViewQuery("booth_stats", day, day + timedelta(days=1), filters, 10_000)
+            query = ViewQuery(BOOTH_STATS, day, day + timedelta(days=1), filters, 10_000)
             text, params = query.sql(Source.BATCH, version.horizon)
             cursor = connection.cursor()
             started = time.perf_counter()
@@ -228,7 +229,7 @@ def populated_store(cache_mb: int | None) -> Iterator[tuple[Settings, dict[str, 
         populate(settings.batch_store)
         environment = {
             **os.environ, "LAMBDALINE_STATE_DIR": str(settings.state_dir),
-            "LAMBDALINE_KAFKA_BOOTSTRAP": settings.kafka_bootstrap, "LAMBDALINE_API_KEYS": API_KEY,
+            "LAMBDALINE_KAFKA_BOOTSTRAP": settings.kafka.bootstrap, "LAMBDALINE_API_KEYS": API_KEY,
         }  # fmt: skip
         if cache_mb is not None:
             environment["LAMBDALINE_SERVING_CACHE_MB"] = str(cache_mb)
@@ -311,7 +312,7 @@ def main() -> None:
                 )
         finally:
             stop_process(server, grace=30)
-        raw, cpu = raw_duckdb(settings.batch_store, settings.serving_duckdb_threads)
+        raw, cpu = raw_duckdb(settings.batch_store, settings.serving.duckdb_threads)
         p50, p99 = percentile(raw, 0.5) * 1000, percentile(raw, 0.99) * 1000
         print(
             f"raw DuckDB booth-day query (the server's SQL): p50 {p50:.2f} ms, p99 {p99:.2f} ms, "

@@ -9,8 +9,7 @@ time is when the event was sent) for `--seconds`, then reports:
 
 - sent: input records per second the step actually wrote, per topic and in all
   (from the broker's end offsets). Trips last seconds here (median 10 s), not the
-  generator's default 12 minutes, so exits flow within a step; until 2026-11-23
-  they did not, and the offered rate held about half the records it named;
+  generator's default 12 minutes, so exits flow within a step;
 - processed: input rows the booth_stats query took per second during the step,
   from its own progress reports on speed.progress;
 - micro-batch time p50/p99 (the trigger is 1 s; sustainable means it stays under);
@@ -66,9 +65,8 @@ from lambdaline.bench.measure import (
 from lambdaline.generator import GeneratorConfig, send_to_kafka
 from lambdaline.kafka_broker import ephemeral_broker, status
 from lambdaline.processes import exit_on_signals
+from shared.platform.topic_admin import create_topics
 from shared.settings import Settings
-from shared.topic_admin import create_topics
-from shared.topics import input_topics, speed_topic
 
 RECORDS_PER_ENTRY = 2.05  # entries, exits, registrations, 1 % duplicates, 1 % malformed
 TRIP_MEDIAN = timedelta(seconds=10)
@@ -78,7 +76,7 @@ GOAL_EVENTS_PER_S = 50_000
 
 def _read(settings: Settings, topic: str) -> list[Any]:
     consumer = KafkaConsumer(
-        topic, bootstrap_servers=settings.kafka_bootstrap, auto_offset_reset="earliest",
+        topic, bootstrap_servers=settings.kafka.bootstrap, auto_offset_reset="earliest",
         group_id=None, consumer_timeout_ms=2000,
     )  # fmt: skip
     records = list(consumer)
@@ -87,7 +85,7 @@ def _read(settings: Settings, topic: str) -> list[Any]:
 
 
 def _end_offsets(settings: Settings, topic: str) -> int:
-    consumer = KafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, group_id=None)
+    consumer = KafkaConsumer(bootstrap_servers=settings.kafka.bootstrap, group_id=None)
     partitions = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or []]
     total = sum(consumer.end_offsets(partitions).values())
     consumer.close()
@@ -120,9 +118,9 @@ def measure_step(settings: Settings, rate: int, seconds: int, job_pid: int) -> d
     start = datetime.now(UTC)
     broker_pid = status(settings).pid
     if broker_pid is None:
-        raise RuntimeError(f"the benchmark's broker at {settings.kafka_bootstrap} is not running")
+        raise RuntimeError(f"the benchmark's broker at {settings.kafka.bootstrap} is not running")
     cpu_before = _cpu_seconds(job_pid, broker_pid)
-    sent_before = {topic: _end_offsets(settings, topic) for topic in input_topics(settings)}
+    sent_before = {topic: _end_offsets(settings, topic) for topic in settings.topics.inputs()}
     step_began = time.time() * 1000
     if rate:
         config = GeneratorConfig(
@@ -183,7 +181,7 @@ def measure_step(settings: Settings, rate: int, seconds: int, job_pid: int) -> d
     )
 
     latencies = []
-    for record in _read(settings, speed_topic(settings, "booth_stats")):
+    for record in _read(settings, settings.topics.speed("booth_stats")):
         if record.timestamp >= step_began:
             row = json.loads(record.value)
             latencies.append((record.timestamp - _ms(row["last_entry_time"])) / 1000)
@@ -204,7 +202,7 @@ def measure_step(settings: Settings, rate: int, seconds: int, job_pid: int) -> d
                 "p50": percentile(lookup_durations, 0.5),
                 "p99": percentile(lookup_durations, 0.99),
             },
-            "records_backlog_at_end": unread(lookups, input_topics(settings)),
+            "records_backlog_at_end": unread(lookups, settings.topics.inputs()),
         },
         "cpu_cores": {
             role: round((cpu_after[role] - cpu_before[role]) / step_s, 2) for role in cpu_after
@@ -227,14 +225,14 @@ def main() -> None:
         ephemeral_broker(Path(state)) as settings,
     ):
         job = None
-        trigger_s = settings.speed_trigger.total_seconds()
-        lookup_trigger_s = settings.speed_lookup_trigger.total_seconds()
+        trigger_s = settings.speed.trigger.total_seconds()
+        lookup_trigger_s = settings.speed.lookup_trigger.total_seconds()
         try:
             create_topics(settings)
             env = {
                 **os.environ,
                 "LAMBDALINE_STATE_DIR": state,
-                "LAMBDALINE_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+                "LAMBDALINE_KAFKA_BOOTSTRAP": settings.kafka.bootstrap,
             }
             with (Path(state) / "speed.log").open("wb") as log:
                 job = subprocess.Popen(

@@ -30,12 +30,12 @@ from lambdaline import generator as event_generator
 from lambdaline import kafka_broker
 from lambdaline.processes import exit_on_signals
 from serving.cli import serve
-from shared.events import format_instant, parse_instant
-from shared.jvm import JarResolutionError, JdkToolMissingError, JvmProfile, resolve_jars
-from shared.kafka_admin import KafkaNotReadyError, unreachable
-from shared.locks import LockHeldError
+from shared.domain.events import format_instant, parse_instant
+from shared.platform.jvm import JarResolutionError, JdkToolMissingError, JvmProfile, resolve_jars
+from shared.platform.kafka_admin import KafkaNotReadyError, unreachable
+from shared.platform.locks import LockHeldError
+from shared.platform.topic_admin import TopicOutcome, create_topics
 from shared.settings import Settings, SettingsError, get_settings, parse_duration
-from shared.topic_admin import TopicOutcome, create_topics
 from speed_layer.cli import speed_app
 
 # soft wrap: a line longer than the terminal (a path, an error) is never broken
@@ -83,7 +83,9 @@ def _clear_errors() -> Iterator[None]:
         console.print(f"[red]error:[/red] {error}", highlight=False)
         raise typer.Exit(1) from None
     except (KafkaTimeoutError, KafkaConnectionError) as error:
-        console.print(f"[red]error:[/red] {unreachable(get_settings(), error)}", highlight=False)
+        console.print(
+            f"[red]error:[/red] {unreachable(get_settings().kafka, error)}", highlight=False
+        )
         raise typer.Exit(1) from None
 
 
@@ -103,7 +105,7 @@ def jvm_resolve() -> None:
     with _clear_errors():
         for profile in JvmProfile:
             with console.status(f"resolving {profile.value} jars with Maven"):
-                jars = resolve_jars(settings, profile)
+                jars = resolve_jars(settings.jvm_cache_dir, profile)
             out.print(f"{profile.value}: {len(jars)} jars in {jars[0].parent}")
 
 
@@ -116,7 +118,7 @@ def kafka_start() -> None:
     settings = _settings()
     with _clear_errors():
         before = kafka_broker.status(settings)
-        with console.status(f"starting Kafka on {settings.kafka_bootstrap}"):
+        with console.status(f"starting Kafka on {settings.kafka.bootstrap}"):
             state = kafka_broker.start(settings)
     verb = "already running" if before.running else "started"
     out.print(f"kafka {verb}: pid {state.pid}, bootstrap {state.bootstrap}")
@@ -154,7 +156,7 @@ def kafka_status() -> None:
 def topics_create() -> None:
     """Create the input, dead-letter and speed-store topics that do not exist yet."""
     settings = _settings()
-    with _clear_errors(), console.status(f"creating topics on {settings.kafka_bootstrap}"):
+    with _clear_errors(), console.status(f"creating topics on {settings.kafka.bootstrap}"):
         outcomes = create_topics(settings)
     out.print(topics_table(outcomes))
 
@@ -301,7 +303,7 @@ def generate(
         raise typer.BadParameter(str(error)) from None
     with _clear_errors():
         summary = _run_generator(config, settings, out_file, workers)
-    _print_summary(summary, str(out_file) if out_file else settings.kafka_bootstrap)
+    _print_summary(summary, str(out_file) if out_file else settings.kafka.bootstrap)
 
 
 def _run_generator(

@@ -50,12 +50,12 @@ from rich.text import Text
 from batch_layer.schedule import Scheduler, next_run_after
 from lambdaline import kafka_broker
 from lambdaline.processes import CLI, STOP_GRACE_S, Supervisor, log_tail
-from shared.events import format_instant, parse_instant
-from shared.kafka_admin import kafka_consumer, port_open
-from shared.locks import exclusive_lock
-from shared.logs import configure_logging
+from shared.domain.events import format_instant, parse_instant
+from shared.platform.kafka_admin import kafka_consumer, port_open
+from shared.platform.locks import exclusive_lock
+from shared.platform.logs import configure_logging
+from shared.platform.topic_admin import create_topics
 from shared.settings import Settings
-from shared.topic_admin import create_topics
 
 logger = logging.getLogger("lambdaline.demo")
 
@@ -143,7 +143,7 @@ def reset_state(settings: Settings) -> list[Path]:
         settings.batch_store,
         settings.state_dir / "demo",
     ]
-    if settings.master_dir is None:
+    if settings.batch.master_dir is None:
         folders.append(Path(settings.master_location))
     removed = [folder for folder in folders if folder.exists()]
     for folder in removed:
@@ -168,7 +168,7 @@ class Observer:
         try:
             if self.consumer is None:
                 self.consumer = kafka_consumer(
-                    self.settings, "lambdaline-demo", group_id=None, request_timeout_ms=5000
+                    self.settings.kafka, "lambdaline-demo", group_id=None, request_timeout_ms=5000
                 )
             partitions = [
                 TopicPartition(topic, partition)
@@ -251,7 +251,7 @@ def banner(settings: Settings, api: str, key: str, clock: SimClock) -> list[str]
         f"  logs     {settings.logs_dir}/demo-*.log",
         f"  time     {clock.speedup:g} simulated s per real s (a simulated day every "
         f"{minutes_per_day:.1f} min), from {format_instant(clock.origin)}; the batch runs at "
-        f"{settings.demo_batch_cron!r} simulated time for the day before",
+        f"{settings.demo.batch_cron!r} simulated time for the day before",
     ]
 
 
@@ -272,7 +272,8 @@ def _signals(handler: Callable[[int, FrameType | None], None]) -> Iterator[None]
 def run(settings: Settings, host: str, port: int, fresh: bool, console: Console) -> int:
     """Run the demo until a signal; return the exit code (0 after Ctrl-C, 1 if a part died).
 
-    Raises :class:`shared.locks.LockHeldError` if another demo runs on the same state folder.
+    Raises :class:`shared.platform.locks.LockHeldError` if another demo runs on the same
+    state folder.
     """
     stopping, force = threading.Event(), threading.Event()
 
@@ -316,7 +317,7 @@ def _run(
     log_file = (settings.logs_dir / "demo.log").open("a", buffering=1)
     configure_logging(stream=log_file)
     state.runs += 1
-    api_key = settings.api_keys[0] if settings.api_keys else state.api_key
+    api_key = settings.serving.api_keys[0] if settings.serving.api_keys else state.api_key
     api = f"http://{host}:{port}"
     supervisor = Supervisor(env={**os.environ}, logs=settings.logs_dir, prefix="demo-")
     started_broker = False
@@ -325,23 +326,23 @@ def _run(
     observer = Observer(settings, api, api_key)
     code = 0
     try:
-        with console.status(f"starting Kafka on {settings.kafka_bootstrap}"):
+        with console.status(f"starting Kafka on {settings.kafka.bootstrap}"):
             started_broker = not kafka_broker.status(settings).running
             broker = kafka_broker.start(settings)
             create_topics(settings)
         if stopping.is_set():
             return 0
         supervisor.spawn("speed", "speed", "run")
-        clock = SimClock(state.sim_time, time.time() + GENERATOR_WARM_UP_S, settings.demo_speedup)
+        clock = SimClock(state.sim_time, time.time() + GENERATOR_WARM_UP_S, settings.demo.speedup)
         supervisor.spawn(
             "generator", "generate", "--events", str(10**12), "--workers", "1",
             "--start", format_instant(clock.origin), "--speedup", f"{clock.speedup:g}",
-            "--traffic", f"{settings.demo_traffic:g}", "--plates", str(DEMO_PLATES),
+            "--traffic", f"{settings.demo.traffic:g}", "--plates", str(DEMO_PLATES),
         )  # fmt: skip
-        server_env = {} if settings.api_keys else {"LAMBDALINE_API_KEYS": api_key}
+        server_env = {} if settings.serving.api_keys else {"LAMBDALINE_API_KEYS": api_key}
         supervisor.spawn("api", "serve", "--host", host, "--port", str(port), env=server_env)
         scheduler = Scheduler(
-            settings.demo_batch_cron,
+            settings.demo.batch_cron,
             command=lambda due: [
                 *CLI,
                 "batch",

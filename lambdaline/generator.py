@@ -51,7 +51,7 @@ from typing import Any
 
 from kafka.partitioner.default import murmur2
 
-from shared.events import (
+from shared.domain.events import (
     BoothId,
     EventId,
     LicensePlate,
@@ -64,10 +64,9 @@ from shared.events import (
     event_to_wire,
     format_instant,
 )
-from shared.kafka_admin import kafka_producer, require_kafka
+from shared.domain.validation import DeadLetterReason
+from shared.platform.kafka_admin import kafka_producer, require_kafka
 from shared.settings import Settings
-from shared.topics import input_topics
-from shared.validation import DeadLetterReason
 
 KIND_HEADER = "lambdaline.kind"
 _STATES = ("NY", "NJ", "CT", "PA", "MA", "VT", "ON", "QC")
@@ -213,8 +212,8 @@ class _Shard:
     def __init__(self, config: GeneratorConfig, settings: Settings, shard: int, shards: int):
         self.config = config
         self.topics = settings.topics
-        self.max_trip = settings.max_trip
-        self.max_future_skew = settings.max_future_skew
+        self.max_trip = settings.views.max_trip
+        self.max_future_skew = settings.views.max_future_skew
         self.shard = shard
         self.shards = shards
         self.rng = random.Random(f"{config.seed}:{config.start.isoformat()}:{shard}")
@@ -362,7 +361,7 @@ def shard_records(
 ) -> Iterator[OutgoingRecord]:
     """The records of the given shards, merged in send-time order."""
     streams = [
-        _Shard(config, settings, shard, settings.kafka_partitions).records() for shard in shards
+        _Shard(config, settings, shard, settings.kafka.partitions).records() for shard in shards
     ]
     stop_ms = None if config.duration is None else _ms(config.start + config.duration)
     for *_, record in heapq.merge(*streams):
@@ -413,8 +412,8 @@ def _send_shards(
     progress: Callable[[int], None],
 ) -> GeneratorSummary:
     summary = GeneratorSummary()
-    producer = kafka_producer(settings, "lambdaline-generator", **PRODUCER_CONFIG)
-    pacer = _Pacer(config, len(shards) / settings.kafka_partitions, wall_start)
+    producer = kafka_producer(settings.kafka, "lambdaline-generator", **PRODUCER_CONFIG)
+    pacer = _Pacer(config, len(shards) / settings.kafka.partitions, wall_start)
     headers: dict[str, list[tuple[str, bytes]]] = {}
     unreported = 0
     try:
@@ -475,8 +474,8 @@ def send_to_kafka(
     """Send the stream with one producer process per worker; return the summary."""
     # fail fast: kafka-python would wait a minute for a missing topic in each worker,
     # and fail on a partition the topic does not have
-    require_kafka(settings, input_topics(settings), settings.kafka_partitions)
-    shards = list(range(settings.kafka_partitions))
+    require_kafka(settings.kafka, settings.topics.inputs(), settings.kafka.partitions)
+    shards = list(range(settings.kafka.partitions))
     workers = max(1, min(workers or multiprocessing.cpu_count(), len(shards)))
     assignment = [shards[w::workers] for w in range(workers)]
     context = multiprocessing.get_context("spawn")
@@ -546,7 +545,7 @@ def write_json_lines(
     summary = GeneratorSummary()
     began = time.monotonic()
     out.parent.mkdir(parents=True, exist_ok=True)
-    shards = list(range(settings.kafka_partitions))
+    shards = list(range(settings.kafka.partitions))
     with out.open("w", encoding="utf-8") as sink:
         for record in shard_records(config, settings, shards):
             line: dict[str, Any] = {

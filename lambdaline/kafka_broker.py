@@ -28,16 +28,15 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from kafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 
-from shared.jvm import JdkToolMissingError, JvmProfile, jdk_tool, resolve_jars
-from shared.kafka_admin import admin_client, port_open
-from shared.kafka_security import jaas_config
-from shared.settings import Settings
+from shared.platform.jvm import JdkToolMissingError, JvmProfile, jdk_tool, resolve_jars
+from shared.platform.kafka_admin import admin_client, port_open
+from shared.platform.kafka_security import jaas_config
+from shared.settings import KafkaSettings, Settings
 
 NODE_ID = 1
 _MAIN_CLASS = "kafka.Kafka"
@@ -111,9 +110,9 @@ def server_properties(settings: Settings, paths: BrokerPaths) -> str:
     (see :func:`security_properties`); the controller's stays PLAINTEXT, on the
     same host.
     """
-    host, port = settings.bootstrap_host, settings.bootstrap_port
-    controller = f"{host}:{settings.kafka_controller_port}"
-    protocol = settings.kafka_security_protocol
+    host, port = settings.kafka.bootstrap_host, settings.kafka.bootstrap_port
+    controller = f"{host}:{settings.kafka.controller_port}"
+    protocol = settings.kafka.security_protocol
     properties = {
         "process.roles": "broker,controller",
         "node.id": str(NODE_ID),
@@ -123,12 +122,12 @@ def server_properties(settings: Settings, paths: BrokerPaths) -> str:
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": protocol,
         "listener.security.protocol.map": f"{protocol}:{protocol},CONTROLLER:PLAINTEXT",
-        **security_properties(settings, paths),
+        **security_properties(settings.kafka, paths),
         "log.dirs": str(paths.data.resolve()),
-        "num.partitions": str(settings.kafka_partitions),
+        "num.partitions": str(settings.kafka.partitions),
         "auto.create.topics.enable": "false",
         "offsets.topic.replication.factor": "1",
-        "offsets.topic.num.partitions": str(max(settings.kafka_partitions, 1)),
+        "offsets.topic.num.partitions": str(max(settings.kafka.partitions, 1)),
         "transaction.state.log.replication.factor": "1",
         "transaction.state.log.min.isr": "1",
         "share.coordinator.state.topic.replication.factor": "1",
@@ -166,7 +165,7 @@ def _utf16_units(char: str) -> list[int]:
     return [int.from_bytes(data[i : i + 2], "big") for i in range(0, len(data), 2)]
 
 
-def security_properties(settings: Settings, paths: BrokerPaths) -> dict[str, str]:
+def security_properties(kafka: KafkaSettings, paths: BrokerPaths) -> dict[str, str]:
     """The client listener's SASL and TLS configuration, from the client settings.
 
     SASL: the one user of the settings, by PLAIN (its password in the broker's
@@ -176,9 +175,9 @@ def security_properties(settings: Settings, paths: BrokerPaths) -> dict[str, str
     must present a certificate, and the broker trusts the one of the settings.
     """
     properties: dict[str, str] = {}
-    listener = settings.kafka_security_protocol.lower()
-    if settings.kafka_uses_sasl:
-        username, password = settings.kafka_sasl_username, settings.kafka_sasl_password
+    listener = kafka.security_protocol.lower()
+    if kafka.uses_sasl:
+        username, password = kafka.sasl_username, kafka.sasl_password
         assert username is not None and password is not None  # see Settings
         secret = password.get_secret_value()
         properties |= {
@@ -188,15 +187,15 @@ def security_properties(settings: Settings, paths: BrokerPaths) -> dict[str, str
                 "PLAIN", {"username": username, "password": secret, f"user_{username}": secret}
             ),
         }
-    if settings.kafka_uses_tls:
+    if kafka.uses_tls:
         # the broker is its own inter-broker client, and checks at start that it
         # trusts itself; with a client certificate in the settings it asks every
         # client for one, and trusts that one. Prefixed by the listener: Kafka
         # applies an unprefixed ssl.client.auth to SSL listeners only, and a
         # SASL_SSL one would let a client without a certificate in (KIP-684)
         trusted = [paths.certificate.read_text()]
-        if settings.kafka_ssl_certfile is not None:
-            trusted.append(settings.kafka_ssl_certfile.read_text())
+        if kafka.ssl_certfile is not None:
+            trusted.append(kafka.ssl_certfile.read_text())
             properties[f"listener.name.{listener}.ssl.client.auth"] = "required"
         properties |= {
             "ssl.keystore.type": "PKCS12",
@@ -208,20 +207,20 @@ def security_properties(settings: Settings, paths: BrokerPaths) -> dict[str, str
     return properties
 
 
-def check_security_settings(settings: Settings) -> None:
+def check_security_settings(kafka: KafkaSettings) -> None:
     """Raise BrokerError if the embedded broker cannot serve the security settings."""
-    if settings.kafka_uses_sasl:
-        if settings.kafka_sasl_mechanism != "PLAIN":
+    if kafka.uses_sasl:
+        if kafka.sasl_mechanism != "PLAIN":
             raise BrokerError(
                 "the embedded broker offers SASL by PLAIN only, not "
-                f"{settings.kafka_sasl_mechanism} (SCRAM keeps its credentials in the cluster's "
+                f"{kafka.sasl_mechanism} (SCRAM keeps its credentials in the cluster's "
                 "metadata); use PLAIN with it, "
                 "or point LAMBDALINE_KAFKA_BOOTSTRAP at a cluster that offers SCRAM"
             )
-        if not re.fullmatch(r"[A-Za-z0-9._-]+", settings.kafka_sasl_username or ""):
+        if not re.fullmatch(r"[A-Za-z0-9._-]+", kafka.sasl_username or ""):
             raise BrokerError(
                 f"the embedded broker takes SASL user names of letters, digits, '.', '_' and "
-                f"'-' (it names them in its configuration), not {settings.kafka_sasl_username!r}"
+                f"'-' (it names them in its configuration), not {kafka.sasl_username!r}"
             )
 
 
@@ -237,7 +236,7 @@ def certificate(settings: Settings) -> Path:
     if not paths.keystore.exists():
         paths.keystore.parent.mkdir(parents=True, exist_ok=True)
         _write_private(paths.keystore_password, secrets.token_urlsafe(24) + "\n")
-        host = settings.bootstrap_host
+        host = settings.kafka.bootstrap_host
         names = {f"ip:{host}" if _is_ip(host) else f"dns:{host}", "dns:localhost", "ip:127.0.0.1"}
         store = ["-keystore", str(paths.keystore), "-storetype", "PKCS12"]
         store += ["-storepass:file", str(paths.keystore_password)]  # not on a command line
@@ -260,7 +259,7 @@ def _write_private(path: Path, text: str) -> None:
 def _check_trusted(settings: Settings, paths: BrokerPaths) -> None:
     """Refuse a start whose clients would not trust the broker's certificate, naming it."""
     pem = certificate(settings).read_text().strip()
-    cafile = settings.kafka_ssl_cafile
+    cafile = settings.kafka.ssl_cafile
     if cafile is None or pem not in cafile.read_text():
         now = f" (now {cafile}, which does not hold it)" if cafile else ""
         raise BrokerError(
@@ -278,8 +277,8 @@ def _check_unchanged(settings: Settings, paths: BrokerPaths, pid: int) -> None:
     every client. The comparison is of what :func:`start` would write, by
     property name (a value may be a password), and of the heap.
     """
-    check_security_settings(settings)
-    if settings.kafka_uses_tls:
+    check_security_settings(settings.kafka)
+    if settings.kafka.uses_tls:
         certificate(settings)  # the one a restart would use; it names it in the properties
     try:
         running = _properties(paths.config.read_text())
@@ -290,7 +289,7 @@ def _check_unchanged(settings: Settings, paths: BrokerPaths, pid: int) -> None:
         key for key in running.keys() | wanted.keys() if running.get(key) != wanted.get(key)
     )
     cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
-    if f"-Xmx{settings.kafka_heap}" not in cmdline:
+    if f"-Xmx{settings.kafka.heap}" not in cmdline:
         changed.append("heap (kafka_heap)")
     if changed:
         named = ", ".join(changed[:5]) + (
@@ -332,12 +331,14 @@ def _jdk(tool: str) -> str:
 
 
 def _classpath(settings: Settings) -> str:
-    return os.pathsep.join(str(jar) for jar in resolve_jars(settings, JvmProfile.KAFKA_BROKER))
+    return os.pathsep.join(
+        str(jar) for jar in resolve_jars(settings.jvm_cache_dir, JvmProfile.KAFKA_BROKER)
+    )
 
 
-def _jvm_options(settings: Settings, paths: BrokerPaths) -> list[str]:
+def _jvm_options(kafka: KafkaSettings, paths: BrokerPaths) -> list[str]:
     return [
-        f"-Xmx{settings.kafka_heap}",
+        f"-Xmx{kafka.heap}",
         "-Xms256m",
         "-XX:+UseG1GC",
         "-XX:MaxGCPauseMillis=20",
@@ -395,11 +396,10 @@ def _wait_gone(pid: int, paths: BrokerPaths, seconds: float) -> bool:
     return True
 
 
-def _answers(settings: Settings, timeout_ms: int = 2000) -> bool:
+def _answers(kafka: KafkaSettings, timeout_ms: int = 2000) -> bool:
     """True if the cluster answers a cluster description."""
-    probe = settings.model_copy(update={"kafka_timeout": timedelta(milliseconds=timeout_ms)})
     try:
-        admin = admin_client(probe, client_id="lambdaline-probe")
+        admin = admin_client(kafka, client_id="lambdaline-probe", timeout_ms=timeout_ms)
     except (KafkaConnectionError, KafkaTimeoutError):
         return False
     try:
@@ -436,7 +436,7 @@ def _format_storage(settings: Settings, paths: BrokerPaths) -> None:
         return
     cluster_id = new_cluster_id()
     command = [
-        _jdk("java"), f"-Xmx{settings.kafka_heap}", "-cp", _classpath(settings), _STORAGE_TOOL,
+        _jdk("java"), f"-Xmx{settings.kafka.heap}", "-cp", _classpath(settings), _STORAGE_TOOL,
         "format", "-t", cluster_id, "-c", str(paths.config.resolve()),
     ]  # fmt: skip
     env = {**os.environ, "KAFKA_LOG4J_OPTS": f"-Dlog4j2.configurationFile={paths.log4j}"}
@@ -458,23 +458,23 @@ def start(settings: Settings) -> BrokerStatus:
         _check_unchanged(settings, paths, pid)
         return status(settings)
     paths.pid_file.unlink(missing_ok=True)
-    host, port = settings.bootstrap_host, settings.bootstrap_port
-    for taken in (port, settings.kafka_controller_port):
+    host, port = settings.kafka.bootstrap_host, settings.kafka.bootstrap_port
+    for taken in (port, settings.kafka.controller_port):
         if port_open(host, taken):
             raise BrokerError(
                 f"{host}:{taken} is already in use by another process; stop it or set "
                 "LAMBDALINE_KAFKA_BOOTSTRAP / LAMBDALINE_KAFKA_CONTROLLER_PORT to free ports"
             )
-    check_security_settings(settings)
+    check_security_settings(settings.kafka)
     for folder in (paths.root, paths.data, paths.log_file.parent):
         folder.mkdir(parents=True, exist_ok=True)
-    if settings.kafka_uses_tls:
+    if settings.kafka.uses_tls:
         _check_trusted(settings, paths)
     _write_private(paths.config, server_properties(settings, paths))
     paths.log4j.write_text(_LOG4J2)
     _format_storage(settings, paths)
 
-    command = [_jdk("java"), *_jvm_options(settings, paths), "-cp", _classpath(settings)]
+    command = [_jdk("java"), *_jvm_options(settings.kafka, paths), "-cp", _classpath(settings)]
     command += [_MAIN_CLASS, str(paths.config.resolve())]
     with paths.log_file.open("ab") as log:
         process = subprocess.Popen(
@@ -483,7 +483,7 @@ def start(settings: Settings) -> BrokerStatus:
         )  # fmt: skip
     paths.pid_file.write_text(f"{process.pid}\n")
 
-    deadline = time.monotonic() + settings.kafka_start_timeout.total_seconds()
+    deadline = time.monotonic() + settings.kafka.start_timeout.total_seconds()
     while time.monotonic() < deadline:
         if process.poll() is not None:
             paths.pid_file.unlink(missing_ok=True)
@@ -491,13 +491,13 @@ def start(settings: Settings) -> BrokerStatus:
                 f"the broker exited with code {process.returncode} during start-up; "
                 f"last lines of {paths.log_file}:\n{_log_tail(paths)}"
             )
-        if _answers(settings):
+        if _answers(settings.kafka):
             return status(settings)
         time.sleep(0.5)
     _terminate(process.pid, paths, grace_seconds=10)
     raise BrokerError(
-        f"the broker did not answer on {settings.kafka_bootstrap} within "
-        f"{settings.kafka_start_timeout}; last lines of {paths.log_file}:\n{_log_tail(paths)}"
+        f"the broker did not answer on {settings.kafka.bootstrap} within "
+        f"{settings.kafka.start_timeout}; last lines of {paths.log_file}:\n{_log_tail(paths)}"
     )
 
 
@@ -531,8 +531,8 @@ def status(settings: Settings) -> BrokerStatus:
     return BrokerStatus(
         running=running,
         pid=pid if running else None,
-        bootstrap=settings.kafka_bootstrap,
-        answering=_answers(settings),
+        bootstrap=settings.kafka.bootstrap,
+        answering=_answers(settings.kafka),
         paths=paths,
     )
 
@@ -552,14 +552,16 @@ def ephemeral_broker(state_dir: Path, **overrides: Any) -> Iterator[Settings]:
     With TLS, its clients trust its own certificate, whatever CA file the
     environment names.
     """
-    settings = Settings(
-        state_dir=state_dir,
-        kafka_bootstrap=f"127.0.0.1:{free_port()}",
-        kafka_controller_port=free_port(),
-        **overrides,
+    settings = Settings.model_validate(
+        {
+            "state_dir": state_dir,
+            "kafka_bootstrap": f"127.0.0.1:{free_port()}",
+            "kafka_controller_port": free_port(),
+            **overrides,
+        }
     )
-    if settings.kafka_uses_tls:
-        settings = settings.model_copy(update={"kafka_ssl_cafile": certificate(settings)})
+    if settings.kafka.uses_tls:
+        settings = settings.updated(kafka_ssl_cafile=certificate(settings))
     start(settings)
     try:
         yield settings

@@ -22,8 +22,8 @@ from types import FrameType
 
 import httpx2
 
-from shared.logs import log_event
-from shared.process_groups import GROUP_EXIT_GRACE_S, end_group
+from shared.platform.logs import log_event
+from shared.platform.process_groups import GROUP_EXIT_GRACE_S, end_group
 
 logger = logging.getLogger("lambdaline.processes")
 
@@ -89,7 +89,7 @@ def stop_process(
     SIGTERM the leader and wait up to ``grace`` (less if ``force`` is set); then
     whatever is left of its group (a JVM, workers) gets a moment to exit by itself,
     unless the leader did not stop in time or ``force`` is set, and is SIGKILLed
-    (``shared.process_groups.end_group``). Call it once per process: after it, the
+    (``shared.platform.process_groups.end_group``). Call it once per process: after it, the
     group id may belong to someone else.
     """
     force = force or threading.Event()
@@ -110,8 +110,8 @@ def exit_on_signals() -> None:
 
     Python's default for both ends the process on the spot, skipping every
     ``finally``: under ``timeout``, a service manager or a closed terminal, the
-    generator's producer processes went on sending and the benchmark's broker and
-    jobs went on running. As SystemExit the clean-up runs. Further signals are
+    generator's producer processes would go on sending and the benchmark's broker
+    and jobs would go on running. As SystemExit the clean-up runs. Further signals are
     then ignored, or they would cut that clean-up short; they come in pairs
     (``timeout`` signals the process, then its process group), and ``stop_process``
     bounds every wait anyway.

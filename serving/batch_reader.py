@@ -19,8 +19,8 @@ from pathlib import Path
 import duckdb
 
 from serving.result_cache import ResultCache
-from shared.batch_store import BatchVersion, read_current
-from shared.logs import log_event
+from shared.platform.batch_store import BatchVersion, read_current
+from shared.platform.logs import log_event
 
 logger = logging.getLogger("lambdaline.serving")
 

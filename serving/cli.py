@@ -12,7 +12,7 @@ import typer
 import uvicorn
 
 from serving.metrics import MULTIPROCESS_DIR
-from shared.logs import configure_logging
+from shared.platform.logs import configure_logging
 from shared.settings import get_settings
 
 
@@ -24,7 +24,7 @@ def serve(
     """Serve the HTTP API (OpenAPI at /docs; /v1/* needs X-API-Key)."""
     configure_logging()
     settings = get_settings()
-    if not settings.api_keys:
+    if not settings.serving.api_keys:
         typer.echo(
             "warning: LAMBDALINE_API_KEYS is empty, so every /v1 request gets 401; "
             "set it to a comma-separated list of keys",

@@ -79,7 +79,7 @@ async def require_api_key(
 ) -> None:
     """Every /v1 route: the X-API-Key header must be one of the configured keys."""
     if x_api_key is None or not any(
-        secrets.compare_digest(x_api_key, key) for key in settings.api_keys
+        secrets.compare_digest(x_api_key, key) for key in settings.serving.api_keys
     ):
         raise HTTPException(401, detail="missing or unknown X-API-Key")
 

@@ -32,7 +32,7 @@ from serving.queries import naive_utc
 from serving.routers import alerts, booths, diagnostics, status, vehicles
 from serving.speed_consumer import SpeedConsumer
 from serving.speed_tables import SpeedTables
-from shared.logs import log_event
+from shared.platform.logs import log_event
 from shared.settings import Settings, get_settings
 
 logger = logging.getLogger("lambdaline.serving")
@@ -49,10 +49,10 @@ def create_app(
 ) -> FastAPI:
     """The API; stores not given are created from settings and started with the app."""
     settings = settings or get_settings()
-    threads = settings.serving_duckdb_threads
+    threads = settings.serving.duckdb_threads
     tables = speed_tables or SpeedTables(threads)
     reader = batch_reader or BatchReader(
-        settings.batch_store, cache_bytes=settings.serving_cache_mb * 2**20, threads=threads
+        settings.batch_store, cache_bytes=settings.serving.cache_mb * 2**20, threads=threads
     )
     consumer = SpeedConsumer(settings, tables) if follow_kafka else None
 
@@ -61,7 +61,7 @@ def create_app(
         reader.start()
         if consumer is not None:
             consumer.start()
-        tasks = [asyncio.create_task(_prune_speed_store(reader, tables, settings.speed_retention))]
+        tasks = [asyncio.create_task(_prune_speed_store(reader, tables, settings.speed.retention))]
         if multiprocess_mode():  # its gauges must be current whichever worker a scrape reaches
             tasks.append(asyncio.create_task(_refresh_gauges(app)))
         try:
@@ -111,7 +111,7 @@ async def _prune_speed_store(
     Rows below H are never served from the speed store (the merge rule), so only a
     rollback could want them, and the speed topics themselves keep no more than
     ``retention``: a process started now would not hold them either. Without this, a
-    long-running API kept every speed row it ever read.
+    long-running API would keep every speed row it ever read.
     """
     while True:
         version = reader.version

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Annotated, Generic, TypeVar
+from typing import Annotated, Any, Generic, TypeVar
 
-from pydantic import AfterValidator, BaseModel, Field, PlainSerializer
+from pydantic import AfterValidator, BaseModel, Field, PlainSerializer, create_model
 
-from shared.events import format_instant
-from shared.merge import Source
+from shared.domain.events import format_instant
+from shared.domain.merge import Source
+from shared.domain.view_specs import ColumnType, ViewSpec
 
 
 def _as_utc(moment: datetime) -> datetime:
@@ -25,40 +26,24 @@ Instant = Annotated[
 """A UTC instant, written as in the events and the speed store: ``2026-01-05T06:00:00.250Z``."""
 
 
-class BoothStatsRow(BaseModel):
-    booth_id: str
-    window_start: Instant
-    window_end: Instant
-    vehicle_count: int
-    total_toll: Decimal = Field(description="sum of tolls, two decimal places")
-    first_entry_time: Instant
-    last_entry_time: Instant
-    source: Source
+ROW_TYPES: dict[ColumnType, Any] = {
+    ColumnType.TEXT: str,
+    ColumnType.INSTANT: Instant,
+    ColumnType.COUNT: int,
+    ColumnType.MONEY: Decimal,
+    ColumnType.SECONDS: float,
+}
+"""Each view column type as the API's rows hold it."""
 
 
-class VehicleTripRow(BaseModel):
-    booth_id: str
-    license_plate: str
-    entry_time: Instant
-    exit_time: Instant
-    duration_seconds: float
-    source: Source
-
-
-class ExpiredRegistrationRow(BaseModel):
-    booth_id: str
-    license_plate: str
-    entry_time: Instant
-    registration_id: str
-    source: Source
-
-
-class DiagnosticRow(BaseModel):
-    booth_id: str
-    window_start: Instant
-    reason: str = Field(description="missing_exit or missing_registration")
-    count: int
-    source: Source
+def row_model(view: ViewSpec) -> type[BaseModel]:
+    """One row of a view as the API returns it: the view's columns, then its ``source``."""
+    fields: dict[str, Any] = {
+        column.name: (ROW_TYPES[column.type], Field(description=column.description))
+        for column in view.columns
+    }
+    fields["source"] = (Source, ...)
+    return create_model(view.api_row, **fields)
 
 
 RowT = TypeVar("RowT", bound=BaseModel)
@@ -80,6 +65,18 @@ class ViewResponse(BaseModel, Generic[RowT]):
         "`limit` in key order; narrow the range or raise `limit` for the rest"
     )
     rows: list[RowT]
+
+
+_RESPONSE_MODELS: dict[str, type[BaseModel]] = {}
+
+
+def response_model(view: ViewSpec) -> type[BaseModel]:
+    """The response of a view's endpoints: :class:`ViewResponse` of its :func:`row_model`,
+    one class per view however many endpoints answer with it."""
+    if view.name not in _RESPONSE_MODELS:
+        response: type[BaseModel] = ViewResponse[row_model(view)]  # type: ignore[misc,assignment]
+        _RESPONSE_MODELS[view.name] = response
+    return _RESPONSE_MODELS[view.name]
 
 
 class StatusResponse(BaseModel):

@@ -1,25 +1,23 @@
 """The serving layer's reads: one parameterised query text for both stores, then the merge.
 
-Table and column names come from ``shared.batch_store.STORE_TABLES`` (code,
-never a request); every value a request brings is a query parameter.
+Table and column names come from the views' specs (``shared.domain.view_specs``:
+code, never a request); every value a request brings is a query parameter.
 
-Each store is asked for its side of the horizon only (``shared.merge.sources_for``),
+Each store is asked for its side of the horizon only (``shared.domain.merge.sources_for``),
 so the side's filter in the SQL is the merge rule: batch rows below H, speed
 rows from it. A range wholly on one side reads one store.
 
 A response that is not rolled up is written by DuckDB (:func:`encoded_rows`):
 each row comes as a JSON object of its wire values (instants formatted with
-``shared.events.INSTANT_STRFTIME``, money as a string) tagged with its store's
+``shared.domain.events.INSTANT_STRFTIME``, money as a string) tagged with its store's
 ``source``. Python only joins the strings, and interleaves the two sides by key
 when a range straddles the horizon. Formatting ~1,000 datetimes per 288-row
 response in Python, building the row dicts and ``json.dumps`` cost most of a
 miss's CPU and held the GIL; DuckDB's ``to_json`` runs without it.
 
 A rolled-up response (:func:`rolled_up_rows`) has each store roll up its side
-in SQL, as ``shared.merge.BOOTH_STATS_ROLL_UP`` says, and
-``shared.merge.roll_up_booth_stats`` combine the parts; only the buckets reach
-Python, where they are encoded. Reading every 5-minute row into Python first
-took seconds for all booths over two months.
+in SQL, as the view's ``roll_up`` says, and ``shared.domain.merge.roll_up``
+combine the parts; only the buckets reach Python, where they are encoded.
 """
 
 from __future__ import annotations
@@ -36,9 +34,17 @@ import duckdb
 from serving.batch_reader import BatchSnapshot
 from serving.result_cache import Encoded
 from serving.speed_tables import SpeedTables
-from shared.batch_store import STORE_TABLE_BY_NAME
-from shared.events import INSTANT_STRFTIME
-from shared.merge import BOOTH_STATS_ROLL_UP, EPOCH, Row, Source, roll_up_booth_stats, sources_for
+from shared.domain.events import INSTANT_STRFTIME
+from shared.domain.merge import EPOCH, Row, Source, roll_up, sources_for
+from shared.domain.view_specs import (
+    BOOTH_STATS,
+    EXPIRED_REGISTRATIONS,
+    VEHICLE_TRIPS,
+    ColumnType,
+    Horizon,
+    ViewSpec,
+)
+from shared.domain.view_specs import Column as ViewColumn
 
 T = TypeVar("T")
 
@@ -51,7 +57,7 @@ def naive_utc(moment: datetime) -> datetime:
 class ViewQuery:
     """Rows of a view whose time column lies in [start, end), with equality filters."""
 
-    view: str
+    view: ViewSpec
     start: datetime
     end: datetime
     filters: Mapping[str, str]
@@ -60,21 +66,19 @@ class ViewQuery:
     def key(self) -> tuple[Any, ...]:
         """Everything that decides the query's rows, hashable (a result cache's key)."""
         filters = tuple(sorted(self.filters.items()))
-        return (self.view, self.start, self.end, filters, self.limit)
-
-    @property
-    def time_column(self) -> str:
-        return STORE_TABLE_BY_NAME[self.view].date_column
+        return (self.view.name, self.start, self.end, filters, self.limit)
 
     def _where(self, side: Source, horizon: datetime | None) -> tuple[str, list[Any]]:
-        """The rows of one side of the horizon in [start, end) that pass the filters."""
-        table = STORE_TABLE_BY_NAME[self.view]
-        time = f'"{table.name}"."{self.time_column}"'  # the stored column, not an alias
+        """The rows of one side of the horizon in [start, end) that pass the filters: the
+        view's horizon rule, ``shared.domain.merge.merge_at_horizon``'s, as SQL."""
+        view = self.view
+        assert view.horizon is Horizon.TIME_BEFORE, view.horizon
+        time = f'"{view.name}"."{view.time_column}"'  # the stored column, not an alias
         conditions = [f"{time} >= ?", f"{time} < ?"]
         params: list[Any] = [naive_utc(self.start), naive_utc(self.end)]
         for column, value in sorted(self.filters.items()):
-            assert column in table.column_names  # names come from code, values are parameters
-            conditions.append(f'"{table.name}"."{column}" = ?')
+            assert column in view.by_name  # names come from code, values are parameters
+            conditions.append(f'"{view.name}"."{column}" = ?')
             params.append(value)
         conditions.append(f"{time} < ?" if side is Source.BATCH else f"{time} >= ?")
         params.append(naive_utc(horizon) if horizon is not None else datetime.min)
@@ -101,17 +105,15 @@ class ViewQuery:
         so the batch side's rows come in key order without a sort, which took
         about a tenth of a booth-day request's CPU.
         """
-        table = STORE_TABLE_BY_NAME[self.view]
+        view = self.view
         where, params = self._where(side, horizon)
-        fields = ", ".join(
-            f'"{name}" := {_wire(name, sql_type)}' for name, sql_type in table.columns
-        )
+        fields = ", ".join(f'"{column.name}" := {_wire(column)}' for column in view.columns)
         # the source is an enum member's value (code), not a request's
         columns = f"to_json(struct_pack({fields}, \"source\" := '{side.value}'))"
-        order = ", ".join(f'"{table.name}"."{name}"' for name in table.key)
+        order = ", ".join(f'"{view.name}"."{name}"' for name in view.key)
         if keyed:
             columns = f"{order}, {columns}"
-        text = f'SELECT {columns} FROM "{table.name}" WHERE {where}'
+        text = f'SELECT {columns} FROM "{view.name}" WHERE {where}'
         if side is not Source.BATCH:  # a version's tables are in key order already
             text += f" ORDER BY {order}"
         return self._limited(text, params)
@@ -119,35 +121,37 @@ class ViewQuery:
     def rolled_up_sql(
         self, side: Source, horizon: datetime | None, size: timedelta
     ) -> tuple[str, list[Any]]:
-        """``booth_stats`` of one side of the horizon rolled up to buckets of ``size``, typed.
-
-        Buckets per booth and epoch-aligned ``window_start`` (as
-        ``shared.merge.bucket_start``), values as ``shared.merge.BOOTH_STATS_ROLL_UP``
-        says, in key order. A bucket the horizon cuts is only this side's part of
-        it: ``shared.merge.roll_up_booth_stats`` combines the two parts.
+        """One side of the horizon rolled up to buckets of ``size``, typed, as the view's
+        ``roll_up`` says: per the key's other columns and the epoch-aligned bucket of its
+        start (as ``shared.domain.merge.bucket_start``), in key order. A bucket the
+        horizon cuts is only this side's part of it: ``shared.domain.merge.roll_up``
+        combines the two parts.
         """
-        assert self.view == "booth_stats", "only booth_stats rolls up"
+        view, rule = self.view, self.view.roll_up
+        assert rule is not None, f"{view.name} does not roll up"
         where, params = self._where(side, horizon)
-        values = ", ".join(
-            f'{aggregate.value}("booth_stats"."{column}") AS "{column}"'
-            for column, aggregate in BOOTH_STATS_ROLL_UP.items()
-        )  # the aggregates' names are an enum's values (code), not a request's
+        group = [f'"{view.name}"."{name}" AS "{name}"' for name in view.key if name != rule.start]
+        bucket = f'time_bucket(?, "{view.name}"."{rule.start}", ?) AS "{rule.start}"'
+        values = [
+            f'{aggregate.value}("{view.name}"."{column}") AS "{column}"'
+            for column, aggregate in rule.values.items()
+        ]  # the aggregates' names are an enum's values (code), not a request's
+        by = ", ".join(str(n) for n in range(1, len(group) + 2))
         text = (
-            f'SELECT "booth_stats"."booth_id" AS "booth_id", '
-            f'time_bucket(?, "booth_stats"."window_start", ?) AS "window_start", {values} '
-            f'FROM "booth_stats" WHERE {where} GROUP BY 1, 2 ORDER BY 1, 2'
+            f"SELECT {', '.join([*group, bucket, *values])} "
+            f'FROM "{view.name}" WHERE {where} GROUP BY {by} ORDER BY {by}'
         )
         return self._limited(text, [size, naive_utc(EPOCH), *params])
 
 
-def _wire(name: str, sql_type: str) -> str:
+def _wire(column: ViewColumn) -> str:
     """A stored column as the response writes it: instants and money as strings."""
-    column = f'"{name}"'
-    if sql_type.startswith("TIMESTAMP"):
-        return f"strftime({column}, '{INSTANT_STRFTIME}')"
-    if sql_type.startswith("DECIMAL"):
-        return f"CAST({column} AS VARCHAR)"
-    return column
+    name = f'"{column.name}"'
+    if column.type is ColumnType.INSTANT:
+        return f"strftime({name}, '{INSTANT_STRFTIME}')"
+    if column.type is ColumnType.MONEY:
+        return f"CAST({name} AS VARCHAR)"
+    return name
 
 
 def _fetch(cursor: duckdb.DuckDBPyConnection, text: str, params: list[Any]) -> list[Row]:
@@ -169,11 +173,11 @@ def at_most(rows: list[T], limit: int | None) -> tuple[list[T], bool]:
 def rolled_up_rows(
     query: ViewQuery, batch: BatchSnapshot | None, speed: SpeedTables, size: timedelta
 ) -> tuple[list[Row], bool]:
-    """``booth_stats`` merged at the horizon and rolled up to buckets of ``size``, typed.
+    """A view's rows merged at the horizon and rolled up to buckets of ``size``, typed.
 
     Each store rolls up its own side of the horizon in SQL (``rolled_up_sql``:
     a day of one booth is one row instead of 288), and
-    ``shared.merge.roll_up_booth_stats`` combines the parts. That is the roll-up
+    ``shared.domain.merge.roll_up`` combines the parts. That is the roll-up
     of the merged rows, since every roll-up is associative: a bucket the horizon
     cuts gets one part from each store and is ``mixed``. The limit counts
     buckets; each store's first ``limit`` parts hold every part of the first
@@ -185,13 +189,13 @@ def rolled_up_rows(
     for side in sources_for(query.start, query.end, horizon):
         rows = _fetch(_cursor(side, batch, speed), *query.rolled_up_sql(side, horizon, size))
         parts += [{**row, "source": side.value} for row in rows]
-    return at_most(roll_up_booth_stats(parts, size), query.limit)
+    return at_most(roll_up(query.view, parts, size), query.limit)
 
 
 def encoded_rows(query: ViewQuery, batch: BatchSnapshot | None, speed: SpeedTables) -> Encoded:
     """A query's merged rows as the response's JSON array, each row written by DuckDB.
 
-    ``shared.merge.merge_at_horizon``'s rows, in key order, as ``json.dumps``
+    ``shared.domain.merge.merge_at_horizon``'s rows, in key order, as ``json.dumps``
     would write them (``tests/unit/test_serving_queries.py`` holds it to that):
     each store's rows of its side of the horizon, tagged with it; a range across
     the horizon interleaves the two sides by key (their times differ, so no key
@@ -228,8 +232,8 @@ def _cursor(
 
 
 KNOWN_IN = {
-    "booth_id": ("booth_stats",),
-    "license_plate": ("vehicle_trips", "expired_registrations"),
+    "booth_id": (BOOTH_STATS.name,),
+    "license_plate": (VEHICLE_TRIPS.name, EXPIRED_REGISTRATIONS.name),
 }
 """Where a path key is looked up when its answer is empty: a key none of these views
 holds, in either store, is unknown (404), not merely quiet in the range asked for."""

@@ -36,8 +36,8 @@ from serving.batch_reader import BatchSnapshot
 from serving.queries import ViewQuery, encoded_rows, rolled_up_rows
 from serving.result_cache import Encoded
 from serving.speed_tables import SpeedTables
-from shared.events import format_instant
-from shared.merge import Row
+from shared.domain.events import format_instant
+from shared.domain.merge import Row
 
 
 def _instant(moment: datetime) -> str:

@@ -14,8 +14,8 @@ positions read so far.
 
 ``lambdaline speed reset`` deletes the speed store's topics and creates them
 again. A consumer left at its old positions would go on in the new topics at
-the old offsets (kafka-python moved it to their end, skipping what the new job
-had written), and would keep every old row whose micro-batch id is above the
+the old offsets (kafka-python moves it to their end, skipping what the new job
+has written), and would keep every old row whose micro-batch id is above the
 new job's. So the consumer notes each topic's id (KIP-516: a topic created
 again has a new one), asks for them with the end offsets, and on a new id
 empties that view's table and reads the new topic from its start.
@@ -34,16 +34,16 @@ from kafka.consumer.fetcher import ConsumerRecord
 from kafka.errors import KafkaTimeoutError
 
 from serving.speed_tables import BadSpeedRecordError, SpeedTables
-from shared.kafka_admin import (
+from shared.domain.view_specs import VIEW_NAMES
+from shared.platform.kafka_admin import (
     KafkaTopicsMissingError,
     TopicFacts,
     admin_client,
     describe_present,
     kafka_consumer,
 )
-from shared.logs import log_event
+from shared.platform.logs import log_event
 from shared.settings import Settings
-from shared.topics import VIEW_NAMES, speed_topic
 
 logger = logging.getLogger("lambdaline.serving")
 
@@ -70,7 +70,7 @@ class SpeedConsumer:
     def __init__(self, settings: Settings, tables: SpeedTables):
         self.settings = settings
         self.tables = tables
-        self.views_by_topic = {speed_topic(settings, view): view for view in VIEW_NAMES}
+        self.views_by_topic = {settings.topics.speed(view): view for view in VIEW_NAMES}
         self.progress_topic = settings.topics.speed_progress
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -88,7 +88,7 @@ class SpeedConsumer:
 
     def start(self) -> None:
         log_event(
-            logger, "speed_consumer_start", bootstrap=self.settings.kafka_bootstrap,
+            logger, "speed_consumer_start", bootstrap=self.settings.kafka.bootstrap,
             topics=[*self.views_by_topic, self.progress_topic],
         )  # fmt: skip
         self._thread = threading.Thread(target=self._run, name="speed-consumer", daemon=True)
@@ -114,7 +114,7 @@ class SpeedConsumer:
 
     def _consumer(self) -> KafkaConsumer:
         return kafka_consumer(
-            self.settings,
+            self.settings.kafka,
             client_id="lambdaline-serving",
             group_id=None,  # positions are the store's, not Kafka's: no commits
             # resuming at a position retention has since deleted: the earliest record kept
@@ -139,7 +139,9 @@ class SpeedConsumer:
         """Follow the topics until stopped (returns early to start over on a recreated topic)."""
         topics = [*self.views_by_topic, self.progress_topic]
         consumer = self._consumer()
-        admin = admin_client(self.settings, "lambdaline-serving", timeout_ms=BOOTSTRAP_TIMEOUT_MS)
+        admin = admin_client(
+            self.settings.kafka, "lambdaline-serving", timeout_ms=BOOTSTRAP_TIMEOUT_MS
+        )
         try:
             facts = self._described(admin, topics)
             self._start_over_recreated(facts)
@@ -198,7 +200,7 @@ class SpeedConsumer:
         if missing := [topic for topic in topics if topic not in facts]:
             # followed as they were, the store would be "caught up" with nothing, for good;
             # deleted by a speed reset, they come back in a moment
-            raise KafkaTopicsMissingError(self.settings.kafka_bootstrap, missing)
+            raise KafkaTopicsMissingError(self.settings.kafka.bootstrap, missing)
         return facts
 
     def _recreated(self, facts: dict[str, TopicFacts]) -> list[str]:
@@ -245,7 +247,7 @@ class SpeedConsumer:
             return dict(consumer.end_offsets(partitions, timeout_ms=BOOTSTRAP_TIMEOUT_MS))
         except KafkaTimeoutError:
             raise BrokerLostError(
-                f"Kafka at {self.settings.kafka_bootstrap} stopped answering (no end offsets in "
+                f"Kafka at {self.settings.kafka.bootstrap} stopped answering (no end offsets in "
                 f"{BOOTSTRAP_TIMEOUT_MS / 1000:g} s); serving the speed rows read so far"
             ) from None
 

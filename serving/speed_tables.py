@@ -4,12 +4,12 @@ The speed layer publishes each view to a compacted topic, one record per view
 key whose JSON value holds the view's columns and the micro-batch id. Here the
 latest value per key is kept (a record whose ``batch_id`` is older than the
 one held is ignored: a replayed micro-batch never moves a row back), in tables
-shaped like the batch store's (``shared.batch_store.STORE_TABLES``), so one
+shaped like the batch store's (``shared.platform.batch_store.STORE_TABLES``), so one
 query text serves both stores. Times are zone-less UTC, as in the batch store.
 
 The ``batch_id`` rule is the upsert's own condition, so the tables are all that
-is held: with a Python map of every key's batch id beside them, 1,000,000 trips
-grew the process by 344 MB; without it, by 179 MB (DuckDB's own count: 102 MB).
+is held: a Python map of every key's batch id beside them would grow the process
+by 344 MB per 1,000,000 trips, against 179 MB without (DuckDB's own count: 102 MB).
 Rows the serving layer can no longer use are deleted with :meth:`SpeedTables.prune`.
 """
 
@@ -26,9 +26,10 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
-from shared.batch_store import STORE_TABLE_BY_NAME, StoreTable
-from shared.events import parse_instant
-from shared.topics import DERIVED_QUERY_PREFIX, VIEW_NAMES
+from shared.domain.events import parse_instant
+from shared.domain.topics import DERIVED_QUERY_PREFIX
+from shared.domain.view_specs import VIEW_NAMES, VIEWS, Combine, ViewSpec
+from shared.platform.batch_store import STORE_TABLE_BY_NAME, StoreTable
 
 
 def stored_instant(text: str) -> datetime:
@@ -114,9 +115,12 @@ def _typed(view: str, value: Any) -> list[Any]:
     return row
 
 
-def _upsert(table: StoreTable) -> str:
-    """Rows of the registered Arrow table ``incoming`` into the view's table: a new key
-    is inserted, a held one replaced unless the held row's ``batch_id`` is newer."""
+def _upsert(view: ViewSpec) -> str:
+    """Rows of the registered Arrow table ``incoming`` into the view's table, combined
+    with the held ones as the view's spec says: a new key is inserted, a held one
+    replaced unless the held row's ``batch_id`` is newer."""
+    assert view.combine is Combine.LATEST_MICRO_BATCH, view.combine
+    table = StoreTable.of(view)
     names = [*table.column_names, "batch_id"]
     quoted = ", ".join(f'"{name}"' for name in names)
     key = ", ".join(f'"{name}"' for name in table.key)
@@ -128,17 +132,15 @@ def _upsert(table: StoreTable) -> str:
     )
 
 
-_UPSERT = {view: _upsert(STORE_TABLE_BY_NAME[view]) for view in VIEW_NAMES}
+_UPSERT = {view.name: _upsert(view) for view in VIEWS}
 
 
 Reject = Callable[[int, str], None]
 """Told a record's position in the records given to ``apply`` and why it was skipped."""
 
 
-def _view_settings(value: object) -> dict[str, str] | None:
-    """A progress record's ``view_settings``: None, or an object of text values."""
-    if value is None:
-        return None
+def _view_settings(value: object) -> dict[str, str]:
+    """A progress record's ``view_settings``: an object of text values."""
     if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
         raise TypeError(f"view_settings is {value!r}, not an object of text values")
     return {str(name): text for name, text in value.items()}
@@ -256,15 +258,14 @@ class SpeedTables:
             progress = json.loads(raw or b"null")
             query, watermark = progress["query"], progress.get("watermark")
             moment = stored_instant(watermark) if watermark else None
-            view_settings = _view_settings(progress.get("view_settings"))
+            view_settings = _view_settings(progress["view_settings"])
         except (ValueError, TypeError, KeyError, AttributeError) as error:
             self.rejected += 1
             why = f"{type(error).__name__}: {error}"
             raise BadSpeedRecordError(f"not a progress report ({why})") from None
         if moment is not None and moment > datetime(1970, 1, 1):  # 0: no data yet
             self.watermarks[str(query)] = moment
-        if view_settings is not None:  # None: a job from before they were published
-            self.view_settings_by_query[str(query)] = view_settings
+        self.view_settings_by_query[str(query)] = view_settings
 
     @property
     def view_settings(self) -> list[dict[str, str]]:

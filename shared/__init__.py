@@ -1,5 +1,6 @@
-"""The domain of lambdaline, shared by the speed and batch layers.
+"""What the speed, batch and serving layers share; it imports no layer.
 
-Event schemas, validation and dead-letter rules, settings, and (as the layers
-arrive) the view definitions and the merge rule. It imports no layer.
+:mod:`shared.domain` holds the rules (events, validation, views, the merge),
+:mod:`shared.platform` the plumbing (Kafka, Spark, files, locks, logs), and
+:mod:`shared.settings` every tunable, in groups.
 """

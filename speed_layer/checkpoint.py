@@ -6,7 +6,7 @@ in the checkpoint, but not the settings that shaped it: restarted with another
 ``window`` or ``max_trip``, the job would go on from the old state without a
 word and write rows of the new shape beside the old ones in the speed store,
 where the serving layer would add both up. So the first start records
-``Settings.view_settings`` in ``<checkpoints>/speed/view_settings.json`` and
+``Settings.views.labels`` in ``<checkpoints>/speed/view_settings.json`` and
 every later start compares: :func:`claim_checkpoint` refuses a checkpoint
 made under other values, before Spark starts. :func:`held_checkpoint` takes the
 checkpoint's lock first: two jobs on one checkpoint would fail each other.
@@ -30,14 +30,13 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from shared import topic_ids
-from shared.files import replace_atomically
-from shared.kafka_admin import require_kafka
-from shared.locks import LockHeldError, exclusive_lock
-from shared.logs import log_event
+from shared.platform import topic_ids
+from shared.platform.files import replace_atomically
+from shared.platform.kafka_admin import require_kafka
+from shared.platform.locks import LockHeldError, exclusive_lock
+from shared.platform.logs import log_event
+from shared.platform.topic_admin import create_topics, delete_topics
 from shared.settings import Settings, describe_view_settings
-from shared.topic_admin import create_topics, delete_topics
-from shared.topics import speed_store_topics
 
 logger = logging.getLogger("lambdaline.speed")
 
@@ -86,13 +85,11 @@ def _locked(settings: Settings) -> Iterator[None]:
 def claim_checkpoint(settings: Settings) -> None:
     """Record the view settings in a new checkpoint; refuse one made under others.
 
-    Call it holding the checkpoint's lock (:func:`held_checkpoint` does). A
-    checkpoint made before the settings were recorded (before 2026-11-25) is
-    taken to match them.
+    Call it holding the checkpoint's lock (:func:`held_checkpoint` does).
     """
     folder = checkpoint_dir(settings)
     recorded = folder / VIEW_SETTINGS_FILE
-    now = settings.view_settings
+    now = settings.views.labels
     if recorded.exists():
         try:
             made_with = json.loads(recorded.read_text(encoding="utf-8"))
@@ -113,7 +110,7 @@ def _refusal(settings: Settings, made_with: dict[str, str]) -> str:
     return (
         f"the speed checkpoint {checkpoint_dir(settings)} was made with "
         f"{describe_view_settings(made_with)}, but the settings now say "
-        f"{describe_view_settings(settings.view_settings)}: its state and the speed store's "
+        f"{describe_view_settings(settings.views.labels)}: its state and the speed store's "
         "rows follow the old values, and the job would mix them with new ones. Set the "
         "settings back, or start the speed layer over with `lambdaline speed reset` (then "
         "`lambdaline speed run` recomputes from the input topics, and the next batch run "
@@ -123,10 +120,9 @@ def _refusal(settings: Settings, made_with: dict[str, str]) -> str:
 
 def claim_input_topics(settings: Settings, now: Mapping[str, str]) -> None:
     """Record the input topics' ids (``now``) with a new checkpoint; raise
-    :class:`shared.topic_ids.TopicsRecreatedError` if one differs from what it recorded.
+    :class:`shared.platform.topic_ids.TopicsRecreatedError` if one differs from what it recorded.
 
-    Call it holding the checkpoint. A checkpoint from before the ids were recorded
-    (2026-11-25) is taken to match.
+    Call it holding the checkpoint.
     """
     folder = checkpoint_dir(settings)
     recorded = folder / topic_ids.FILE_NAME
@@ -154,7 +150,7 @@ def claim_speed_store(settings: Settings, written: Mapping[str, int]) -> None:
     """Refuse to start a new checkpoint over a speed store another one wrote.
 
     ``written``: how many records each of the store's topics was ever given
-    (``shared.kafka_admin.records_written``). Call it holding the checkpoint.
+    (``shared.platform.kafka_admin.records_written``). Call it holding the checkpoint.
     """
     if checkpoint_started(settings) or not any(written.values()):
         return
@@ -190,18 +186,18 @@ def reset(settings: Settings) -> ResetReport:
     letters of what it reads again.
     """
     with _locked(settings):
-        require_kafka(settings)  # before anything is deleted
+        require_kafka(settings.kafka)  # before anything is deleted
         folder = checkpoint_dir(settings)
         had_checkpoint = folder.exists()
         if had_checkpoint:
             shutil.rmtree(folder)
-        topics = speed_store_topics(settings)
-        deleted = delete_topics(settings, topics)
+        topics = settings.topics.speed_store()
+        deleted = delete_topics(settings.kafka, topics)
         created = {outcome.spec.name for outcome in create_topics(settings) if outcome.created}
         if not_created := [topic for topic in topics if topic not in created]:
             raise CheckpointError(
                 f"deleted {', '.join(deleted)} but could not create "
-                f"{', '.join(not_created)} again on {settings.kafka_bootstrap}; "
+                f"{', '.join(not_created)} again on {settings.kafka.bootstrap}; "
                 "run `lambdaline topics create`"
             )
         log_event(

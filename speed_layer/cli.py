@@ -9,19 +9,18 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from shared import topic_ids
-from shared.kafka_admin import (
+from shared.platform import topic_ids
+from shared.platform.kafka_admin import (
     KafkaNotReadyError,
     kafka_answers,
     records_written,
     require_kafka,
 )
-from shared.logs import configure_logging
+from shared.platform.logs import configure_logging
+from shared.platform.streaming import KafkaDataLossError, QueryFailedError
+from shared.platform.topic_admin import TopicDeletionError, all_topics
+from shared.platform.topic_ids import TopicsRecreatedError
 from shared.settings import get_settings
-from shared.streaming import KafkaDataLossError, QueryFailedError
-from shared.topic_admin import TopicDeletionError
-from shared.topic_ids import TopicsRecreatedError
-from shared.topics import all_topics, input_topics, speed_store_topics
 from speed_layer import job
 from speed_layer.checkpoint import (
     CheckpointError,
@@ -49,9 +48,13 @@ def speed_run(
     with ExitStack() as held:
         try:
             held.enter_context(held_checkpoint(settings))
-            require_kafka(settings, [spec.name for spec in all_topics(settings)])
-            claim_speed_store(settings, records_written(settings, speed_store_topics(settings)))
-            claim_input_topics(settings, topic_ids.current(settings, input_topics(settings)))
+            require_kafka(settings.kafka, [spec.name for spec in all_topics(settings)])
+            claim_speed_store(
+                settings, records_written(settings.kafka, settings.topics.speed_store())
+            )
+            claim_input_topics(
+                settings, topic_ids.current(settings.kafka, settings.topics.inputs())
+            )
         except (CheckpointError, KafkaNotReadyError) as error:
             raise _fail(str(error)) from None
         except TopicsRecreatedError as error:
@@ -74,7 +77,7 @@ def speed_run(
         )
     if failure is not None:
         raise _fail(
-            f"{failure}{kafka_answers(settings)}; the checkpoint holds every committed "
+            f"{failure}{kafka_answers(settings.kafka)}; the checkpoint holds every committed "
             "micro-batch: run `lambdaline speed run` again to go on from there"
         )
 
@@ -87,11 +90,11 @@ def speed_reset(
     create the topics again, empty (after a change of window or max_trip)."""
     configure_logging()
     settings = get_settings()
-    topics = speed_store_topics(settings)
+    topics = settings.topics.speed_store()
     console = Console(soft_wrap=True)
     console.print(
         f"This deletes the speed checkpoint {checkpoint_dir(settings)} and the topics "
-        f"{', '.join(topics)} on {settings.kafka_bootstrap}, then creates the topics again, "
+        f"{', '.join(topics)} on {settings.kafka.bootstrap}, then creates the topics again, "
         "empty. The input topics and dead.letters are kept.",
         highlight=False,
     )

@@ -18,11 +18,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.streaming.readwriter import DataStreamWriter
 
-from shared.events import EVENT_TYPES, TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION, EventType
-from shared.logs import log_event
-from shared.settings import Settings
-from shared.spark_session import spark_session
-from shared.streaming import (
+from shared.domain.events import EVENT_TYPES, TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION, EventType
+from shared.domain.validation import DecodedRecords, decode_each_topic
+from shared.domain.view_specs import BOOTH_STATS, DIAGNOSTICS
+from shared.domain.views import COUNTED_INPUTS, booth_stats, without_duplicates
+from shared.platform.logs import log_event
+from shared.platform.spark_session import spark_session
+from shared.platform.streaming import (
     brief_java_errors,
     kafka_stream,
     raise_if_failed,
@@ -30,9 +32,7 @@ from shared.streaming import (
     stop_requests,
     wait_for,
 )
-from shared.topics import input_topics
-from shared.validation import DecodedRecords, decode_each_topic
-from shared.views import COUNTED_INPUTS, booth_stats, without_duplicates
+from shared.settings import Settings
 from speed_layer.checkpoint import checkpoint_dir
 from speed_layer.lookups import diagnostic_counts, entry_lookups, publish_lookups
 from speed_layer.progress import ProgressPublisher, listening
@@ -57,7 +57,7 @@ SPEED_SPARK_CONF: dict[str, str] = {
     # compiled classes in a cache of 100 by default. The job's queries need more
     # than that (each of the lookups' decode stages is ~330 KB of Java), and the
     # watermark is a constant in the state-eviction predicates, so every
-    # micro-batch adds classes: with 100, the decode stages were evicted and
+    # micro-batch adds classes: with 100, the decode stages are evicted and
     # compiled again each lookups micro-batch, on the driver and in a task
     "spark.sql.codegen.cache.maxEntries": "2000",
 }
@@ -74,10 +74,10 @@ def read_input_topics(
     spark: SparkSession, settings: Settings, event_types: tuple[EventType, ...] = EVENT_TYPES
 ) -> DataFrame:
     """A streaming read of the topics of these event types (raw Kafka records)."""
-    topics = [event_type.topic(settings.topics) for event_type in event_types]
-    reader = kafka_stream(spark, settings, topics)
-    if settings.speed_max_offsets_per_trigger is not None:
-        reader = reader.option("maxOffsetsPerTrigger", settings.speed_max_offsets_per_trigger)
+    topics = [settings.topics.of(event_type) for event_type in event_types]
+    reader = kafka_stream(spark, settings.kafka, topics)
+    if settings.speed.max_offsets_per_trigger is not None:
+        reader = reader.option("maxOffsetsPerTrigger", settings.speed.max_offsets_per_trigger)
     return reader.load()
 
 
@@ -92,7 +92,7 @@ def watermarked(events: DataFrame, event_type: EventType, watermark: timedelta) 
 
 def with_event_time(events: DataFrame, event_type: EventType, watermark: timedelta) -> DataFrame:
     """Declare the event-time column and how late its events may be, then drop the
-    duplicates of an event type a view counts (``shared.views.COUNTED_INPUTS``, as the
+    duplicates of an event type a view counts (``shared.domain.views.COUNTED_INPUTS``, as the
     batch layer does): a state store per partition is spent only where it changes a view."""
     events = watermarked(events, event_type, watermark)
     return events.transform(without_duplicates) if event_type.name in COUNTED_INPUTS else events
@@ -120,9 +120,9 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
     """Run the speed layer until stopped (SIGINT/SIGTERM/SIGHUP) or, with available_now, drained."""
     log_event(
         logger, "speed_start", master=spark.sparkContext.master,
-        topics=input_topics(settings), checkpoints=str(checkpoint_dir(settings)),
-        available_now=available_now, trigger_s=settings.speed_trigger.total_seconds(),
-        lookup_trigger_s=settings.speed_lookup_trigger.total_seconds(),
+        topics=settings.topics.inputs(), checkpoints=str(checkpoint_dir(settings)),
+        available_now=available_now, trigger_s=settings.speed.trigger.total_seconds(),
+        lookup_trigger_s=settings.speed.lookup_trigger.total_seconds(),
     )  # fmt: skip
 
     # read sources and decode them by the shared rule; every query is a Kafka
@@ -132,33 +132,34 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
     def decoded(*event_types: EventType) -> DecodedRecords:
         raw = read_input_topics(spark, settings, event_types)
         return decode_each_topic(
-            raw, settings.topics, settings.max_future_skew, event_types=event_types
+            raw, settings.topics, settings.views.max_future_skew, event_types=event_types
         )
 
     entry_events = decoded(TOLL_ENTRY).of(TOLL_ENTRY)
     everything = decoded(*EVENT_TYPES)
 
     # event time: watermarks, then duplicates dropped within them
-    entries = with_event_time(entry_events, TOLL_ENTRY, settings.watermark)
+    entries = with_event_time(entry_events, TOLL_ENTRY, settings.views.watermark)
     # (the lookups need no deduplication: speed_layer/lookups.py says why)
-    trip_entries = watermarked(everything.of(TOLL_ENTRY), TOLL_ENTRY, settings.watermark)
-    exits = watermarked(everything.of(TOLL_EXIT), TOLL_EXIT, settings.watermark)
+    trip_entries = watermarked(everything.of(TOLL_ENTRY), TOLL_ENTRY, settings.views.watermark)
+    exits = watermarked(everything.of(TOLL_EXIT), TOLL_EXIT, settings.views.watermark)
 
     # compute views
-    stats = booth_stats(entries, settings.window)
+    stats = booth_stats(entries, settings.views.window)
     lookups = entry_lookups(
         trip_entries, exits, everything.of(TOLL_ENTRY),
-        everything.of(VEHICLE_REGISTRATION), everything.dead_letters, settings,
+        everything.of(VEHICLE_REGISTRATION), everything.dead_letters,
+        settings.views.max_trip, settings.views.watermark,
     )  # fmt: skip
 
     # write sinks, each in its lane (trigger and scheduler pool): booth_stats is
     # the freshest view; the lookups' answers wait for the watermark (or
     # max_trip) anyway. The second phase reads what the first writes (the
     # internal topic).
-    fast = (settings.speed_trigger, FRESH_POOL)
-    slow = (settings.speed_lookup_trigger, LOOKUPS_POOL)
+    fast = (settings.speed.trigger, FRESH_POOL)
+    slow = (settings.speed.lookup_trigger, LOOKUPS_POOL)
     first_phase = [
-        (view_writer("booth_stats", stats, settings, output_mode="update"), fast),
+        (view_writer(BOOTH_STATS, stats, settings, output_mode="update"), fast),
         # append: an entry's lookups are final once the watermark has passed what
         # they wait for (a trip: entry_time + max_trip; a registration: entry_time)
         (
@@ -173,7 +174,7 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
         # derived: reads the lookups' internal topic, not the input topics
         (
             view_writer(
-                "diagnostics",
+                DIAGNOSTICS,
                 diagnostic_counts(spark, settings),
                 settings,
                 output_mode="update",
@@ -191,7 +192,7 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
 
     # each micro-batch to the log and speed.progress; a signal only sets the
     # request: the main thread is inside a py4j call (awaitTermination), which
-    # it must not leave half-way (shared.streaming)
+    # it must not leave half-way (shared.platform.streaming)
     with (
         contextlib.closing(ProgressPublisher(settings)) as publisher,
         listening(spark, publisher),

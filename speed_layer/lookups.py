@@ -11,12 +11,12 @@ letters to ``dead.letters``. Its answers wait for the watermark (or max_trip)
 anyway, so it runs on a longer trigger than booth_stats
 (``speed_lookup_trigger``).
 
-**The trip.** The shared left outer trip join (:func:`shared.views.trip_matches`)
-and the earliest exit per entry (:func:`shared.views.exit_at_entry`). Spark emits
+**The trip.** The shared left outer trip join (:func:`shared.domain.views.trip_matches`)
+and the earliest exit per entry (:func:`shared.domain.views.exit_at_entry`). Spark emits
 an entry once the watermark passes entry_time + max_trip, when no earlier exit
 can still arrive: with its exit, a trip; without one, a missing exit.
 
-**The registration.** The rule is :func:`shared.views.registrations_at_entry`,
+**The registration.** The rule is :func:`shared.domain.views.registrations_at_entry`,
 the same function the batch layer calls: each entry left-outer-joined to its
 plate's registrations recorded at or before it, the latest one winning.
 Streaming Spark runs that plan natively (a stream-stream join, then an
@@ -53,10 +53,8 @@ from datetime import timedelta
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from shared.settings import Settings
-from shared.streaming import MicroBatchFunction, kafka_stream
-from shared.topics import DIAGNOSTIC_ENTRIES, speed_topic
-from shared.views import (
+from shared.domain.view_specs import EXPIRED_REGISTRATIONS, VEHICLE_TRIPS
+from shared.domain.views import (
     count_diagnostics,
     exit_at_entry,
     expired_at_entry,
@@ -66,6 +64,8 @@ from shared.views import (
     unmatched_entries,
     unregistered_at_entry,
 )
+from shared.platform.streaming import MicroBatchFunction, kafka_stream
+from shared.settings import Settings
 from speed_layer.speed_store import (
     JSON_OPTIONS,
     dead_letter_records,
@@ -119,21 +119,22 @@ def entry_lookups(
     plate_entries: DataFrame,
     registrations: DataFrame,
     dead_letters: DataFrame,
-    settings: Settings,
+    max_trip: timedelta,
+    watermark: timedelta,
 ) -> DataFrame:
     """Both lookups of every entry, and the dead letters, as one stream (append mode).
 
     ``kind`` says what a row is: a ``trip`` row has ``exit_time`` (null: no exit
     within max_trip), a ``registration`` row ``registration_id`` and ``expired``
     (null: no registration at entry time), a ``dead_letter`` row the columns of
-    :attr:`shared.validation.DecodedRecords.dead_letters`; the other columns are
+    :attr:`shared.domain.validation.DecodedRecords.dead_letters`; the other columns are
     null. The inputs carry their watermarks and need no deduplication (see the
     module's docstring); the registration lookup reads entries and registrations
     through :func:`plate_events`. Dead letters ride along, stateless: a query of
     their own would cost a micro-batch of its own every trigger.
     """
-    trips = exit_at_entry(trip_matches(trip_entries, exits, settings.max_trip, "left_outer"))
-    plates = registrations_at_entry_stream(plate_entries, registrations, settings.watermark)
+    trips = exit_at_entry(trip_matches(trip_entries, exits, max_trip, "left_outer"))
+    plates = registrations_at_entry_stream(plate_entries, registrations, watermark)
     return (
         trips.withColumn("kind", F.lit(TRIP))
         .unionByName(plates.withColumn("kind", F.lit(REGISTRATION)), allowMissingColumns=True)
@@ -151,10 +152,10 @@ def publish_lookups(settings: Settings) -> MicroBatchFunction:
     """foreachBatch: trips and expired registrations to the speed store, entries missing
     an exit or a registration to the internal topic, dead letters to ``dead.letters``,
     in one Kafka write."""
-    options = kafka_sink_options(settings)
-    trips_topic = speed_topic(settings, "vehicle_trips")
-    expired_topic = speed_topic(settings, "expired_registrations")
-    internal_topic = speed_topic(settings, DIAGNOSTIC_ENTRIES)
+    options = kafka_sink_options(settings.kafka)
+    trips_topic = settings.topics.speed(VEHICLE_TRIPS.name)
+    expired_topic = settings.topics.speed(EXPIRED_REGISTRATIONS.name)
+    internal_topic = settings.topics.diagnostic_entries
     dead_letters_topic = settings.topics.dead_letters
 
     def records(topic: str, keyed: DataFrame) -> DataFrame:
@@ -165,10 +166,8 @@ def publish_lookups(settings: Settings) -> MicroBatchFunction:
         try:
             trip = rows.where(F.col("kind") == TRIP)
             registration = rows.where(F.col("kind") == REGISTRATION)
-            trips = speed_records("vehicle_trips", trips_at_entry(trip), batch_id)
-            expired = speed_records(
-                "expired_registrations", expired_at_entry(registration), batch_id
-            )
+            trips = speed_records(VEHICLE_TRIPS, trips_at_entry(trip), batch_id)
+            expired = speed_records(EXPIRED_REGISTRATIONS, expired_at_entry(registration), batch_id)
             keep = ["event_id", "license_plate"]
             diagnostic = unmatched_entries(trip, keep).unionByName(
                 unregistered_at_entry(registration, keep)
@@ -208,9 +207,9 @@ def diagnostic_counts(spark: SparkSession, settings: Settings) -> DataFrame:
     with a shorter delay it would drop the missing exits as late. The delay
     only keeps state longer: in update mode a count is written as it changes.
     """
-    delay = settings.max_trip + settings.watermark
+    delay = settings.views.max_trip + settings.views.watermark
     entries = (
-        kafka_stream(spark, settings, [speed_topic(settings, DIAGNOSTIC_ENTRIES)])
+        kafka_stream(spark, settings.kafka, [settings.topics.diagnostic_entries])
         .load()
         .select(
             F.from_json(F.col("value").cast("string"), DIAGNOSTIC_ENTRY_SCHEMA, JSON_OPTIONS).alias(
@@ -221,4 +220,4 @@ def diagnostic_counts(spark: SparkSession, settings: Settings) -> DataFrame:
         .withWatermark("entry_time", f"{int(delay.total_seconds())} seconds")
         .dropDuplicatesWithinWatermark(["event_id", "reason"])
     )
-    return count_diagnostics(entries, settings.window)
+    return count_diagnostics(entries, settings.views.window)

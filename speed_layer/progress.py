@@ -31,8 +31,8 @@ from kafka.errors import KafkaTimeoutError
 from pyspark.java_gateway import ensure_callback_server_started
 from pyspark.sql import SparkSession
 
-from shared.kafka_admin import kafka_producer
-from shared.logs import log_event
+from shared.platform.kafka_admin import kafka_producer
+from shared.platform.logs import log_event
 from shared.settings import Settings
 
 logger = logging.getLogger("lambdaline.speed")
@@ -131,8 +131,8 @@ class ProgressPublisher:
 
     def __init__(self, settings: Settings):
         self.topic = settings.topics.speed_progress
-        self.view_settings = settings.view_settings
-        self.producer = kafka_producer(settings, "lambdaline-speed-progress", linger_ms=0)
+        self.view_settings = settings.views.labels
+        self.producer = kafka_producer(settings.kafka, "lambdaline-speed-progress", linger_ms=0)
         self._terminated: set[str] = set()
         self._terminated_changed = threading.Condition()
 

@@ -1,8 +1,8 @@
 """Writers of the speed layer: the speed store (``speed.<view>``) and ``dead.letters``.
 
 A speed-store record is keyed by the view key (its JSON) and its value holds the
-view's key and value columns, times as ISO-8601 UTC, plus the ``batch_id`` of the
-micro-batch that wrote it. Spark's foreachBatch may replay a micro-batch after a
+view's columns (:mod:`shared.domain.view_specs`), times as ISO-8601 UTC, plus the
+``batch_id`` of the micro-batch that wrote it. Spark's foreachBatch may replay a micro-batch after a
 failure; the replay recomputes the same rows from the same checkpointed state,
 so it writes the same records again, and the compacted topic keeps one per key:
 a restart never double counts.
@@ -14,20 +14,20 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.readwriter import DataStreamWriter
 
-from shared.kafka_security import spark_kafka_options
-from shared.settings import Settings
-from shared.streaming import MicroBatchFunction, brief_java_errors
-from shared.topics import DERIVED_QUERY_PREFIX, speed_topic
-from shared.views import VIEW_KEYS
+from shared.domain.topics import DERIVED_QUERY_PREFIX
+from shared.domain.view_specs import ViewSpec
+from shared.platform.kafka_security import spark_kafka_options
+from shared.platform.streaming import MicroBatchFunction, brief_java_errors
+from shared.settings import KafkaSettings, Settings
 from speed_layer.checkpoint import checkpoint_dir
 
 JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'", "ignoreNullFields": "false"}
 """Times as ISO-8601 UTC with milliseconds (the session time zone is UTC)."""
 
 
-def kafka_sink_options(settings: Settings) -> dict[str, str]:
+def kafka_sink_options(kafka: KafkaSettings) -> dict[str, str]:
     return {
-        **spark_kafka_options(settings),
+        **spark_kafka_options(kafka),
         "kafka.compression.type": "lz4",
         "kafka.linger.ms": "5",
     }
@@ -45,21 +45,22 @@ compiled (on the driver and again in a task) and kept in Spark's cache of
 compiled classes, pushing the classes that do not change out of it."""
 
 
-def speed_records(view_name: str, rows: DataFrame, batch_id: int) -> DataFrame:
-    """The Kafka records (key, value) of one micro-batch's rows of a view."""
-    keys = [F.col(name) for name in VIEW_KEYS[view_name]]
-    values = [F.col(name) for name in rows.columns]
+def speed_records(view: ViewSpec, rows: DataFrame, batch_id: int) -> DataFrame:
+    """The Kafka records (key, value) of one micro-batch's rows of a view: keyed by the
+    view key's JSON, the value the JSON of the view's columns and the ``batch_id``."""
+    keys = [F.col(name) for name in view.key]
+    values = [F.col(name) for name in view.column_names]
     batch = F.lit(batch_id).cast(BATCH_ID_TYPE).alias("batch_id")
     return rows.select(_json(keys).alias("key"), _json([*values, batch]).alias("value"))
 
 
-def publish_view(view_name: str, settings: Settings) -> MicroBatchFunction:
+def publish_view(view: ViewSpec, settings: Settings) -> MicroBatchFunction:
     """A foreachBatch function writing a view's changed rows to ``speed.<view>``."""
-    topic = speed_topic(settings, view_name)
-    options = kafka_sink_options(settings)
+    topic = settings.topics.speed(view.name)
+    options = kafka_sink_options(settings.kafka)
 
     def publish(rows: DataFrame, batch_id: int) -> None:
-        speed_records(view_name, rows, batch_id).write.format("kafka").options(**options).option(
+        speed_records(view, rows, batch_id).write.format("kafka").options(**options).option(
             "topic", topic
         ).save()
 
@@ -67,7 +68,7 @@ def publish_view(view_name: str, settings: Settings) -> MicroBatchFunction:
 
 
 def view_writer(
-    view_name: str, rows: DataFrame, settings: Settings, output_mode: str, derived: bool = False
+    view: ViewSpec, rows: DataFrame, settings: Settings, output_mode: str, derived: bool = False
 ) -> DataStreamWriter:
     """A streaming writer of a view to the speed store (not started; add the trigger).
 
@@ -75,12 +76,12 @@ def view_writer(
     from the input, so the query's name starts with ``DERIVED_QUERY_PREFIX``
     (its watermark is left out of the speed watermark).
     """
-    name = f"{DERIVED_QUERY_PREFIX}{view_name}" if derived else f"speed.{view_name}"
+    name = f"{DERIVED_QUERY_PREFIX}{view.name}" if derived else f"speed.{view.name}"
     return (
         rows.writeStream.queryName(name)
         .outputMode(output_mode)
-        .foreachBatch(brief_java_errors(publish_view(view_name, settings)))
-        .option("checkpointLocation", str(checkpoint_dir(settings) / view_name))
+        .foreachBatch(brief_java_errors(publish_view(view, settings)))
+        .option("checkpointLocation", str(checkpoint_dir(settings) / view.name))
     )
 
 

@@ -13,8 +13,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from batch_layer.run import BATCH_SPARK_CONF
+from shared.platform.spark_session import spark_session
 from shared.settings import Settings, get_settings
-from shared.spark_session import spark_session
 from speed_layer.job import SPEED_SPARK_CONF
 
 

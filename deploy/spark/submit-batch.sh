@@ -29,7 +29,7 @@ spark_submit="$SPARK_HOME/bin/spark-submit"
 master="${SPARK_MASTER_URL:-local[2]}"
 
 # the Spark Kafka connector jars, resolved by Maven into the jar cache (make setup)
-jars="$("$python" -c 'from shared.jvm import spark_kafka_jars; from shared.settings import get_settings; print(",".join(str(j) for j in spark_kafka_jars(get_settings())))')"
+jars="$("$python" -c 'from shared.platform.jvm import spark_kafka_jars; from shared.settings import get_settings; print(",".join(str(j) for j in spark_kafka_jars(get_settings().jvm_cache_dir)))')"
 
 exec "$spark_submit" \
   --master "$master" \

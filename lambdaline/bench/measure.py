@@ -14,7 +14,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from shared.jvm import jdk_tool
+from shared.platform.jvm import jdk_tool
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -1,10 +1,10 @@
 """The batch recompute as plain DuckDB SQL over the master dataset: a single-machine peer.
 
-It is an independent implementation of the view rules of DESIGN.md (not the
-shared Spark functions), so equal row counts also cross-check the Spark result.
+It is an independent implementation of the view rules of docs/architecture.md (not
+the shared Spark functions), so equal row counts also cross-check the Spark result.
 Entries keep each event_id's first record in source order, as the batch layer
 does; exits and registrations keep their copies, as the batch layer does too
-(``shared.views.COUNTED_INPUTS``: a copy cannot change a ``min`` or an as-of match).
+(``shared.domain.views.COUNTED_INPUTS``: a copy cannot change a ``min`` or an as-of match).
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ import time
 
 import duckdb
 
-from shared.batch_store import STORE_TABLES
+from shared.platform.batch_store import STORE_TABLES
 from shared.settings import Settings
 
 
 def peer_statements(settings: Settings, threads: int) -> str:
     master, topics = settings.master_location, settings.topics
-    window = f"to_seconds({int(settings.window.total_seconds())})"
-    max_trip = f"to_seconds({int(settings.max_trip.total_seconds())})"
+    window = f"to_seconds({int(settings.views.window.total_seconds())})"
+    max_trip = f"to_seconds({int(settings.views.max_trip.total_seconds())})"
 
     def events(topic: str, deduplicated: bool) -> str:
         read = (

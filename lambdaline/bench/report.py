@@ -122,6 +122,35 @@ def summary_table(results: dict[str, Any]) -> list[str]:
     # fmt: on
 
 
+def readme_block(results: dict[str, Any], charts: dict[str, str], where: str) -> list[str]:
+    """The README's "Latest run" block, as Markdown lines: what ran, the side-by-side
+    table, the batch against its peer, the speed layer's accuracy, and the charts
+    (their files under ``where``, relative to the README)."""
+    dataset, machine, accuracy = results["dataset"], results["machine"], results["accuracy"]
+    peer = results["peer_duckdb_batch"]
+    views = accuracy["views"]
+    equal = ", ".join(f"{view} {counts['equal']:,}" for view, counts in views.items())
+    off = sum(counts[part] for counts in views.values() for part in ACCURACY_PARTS[1:])
+    late = sum(accuracy["late_dropped_by_query"].values())
+    return [
+        f"`lambdaline bench --events {results['bench']['events_requested']}`, "
+        f"{results['started_at'][:16].replace('T', ' ')} UTC: {dataset['events']:,} events "
+        f"(seed {dataset['seed']}), {machine['cores']} cores, {machine['memory_gib']} GiB, "
+        f"Python {machine['python']}, Kafka {machine['kafka']}; "
+        f"[report]({where}/report.md), [results.json]({where}/results.json).",
+        "",
+        *summary_table(results),
+        "",
+        f"Spark recompute / DuckDB peer: {peer['spark_recompute_over_peer']}x (row counts "
+        f"equal: {'yes' if peer['row_counts_equal_spark'] else 'no'}). Speed layer against "
+        f"batch truth, rows equal: {equal}; {off:,} different, missing or extra; {late:,} "
+        f"rows dropped as late; dead letters {accuracy['dead_letters']['speed']:,} (speed) and "
+        f"{accuracy['dead_letters']['batch']:,} (batch).",
+        "",
+        *(f"![{name}]({where}/{file})" for name, file in charts.items()),
+    ]
+
+
 def write_report(results: dict[str, Any], folder: Path, charts: dict[str, str]) -> Path:
     dataset, accuracy, machine = results["dataset"], results["accuracy"], results["machine"]
     peer = results["peer_duckdb_batch"]

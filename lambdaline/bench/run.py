@@ -40,6 +40,7 @@ from typing import Any
 
 import httpx2
 from croniter import croniter
+from pydantic import TypeAdapter
 from rich.console import Console
 
 from batch_layer.run import batch_spark_session, run_batch
@@ -60,8 +61,7 @@ from lambdaline.kafka_broker import ephemeral_broker, free_port
 from lambdaline.processes import Supervisor, log_tail, wait_until_answers
 from serving.speed_consumer import SpeedConsumer
 from serving.speed_tables import SpeedTables
-from shared.batch_store import STORE_TABLE_BY_NAME, read_current, version_file
-from shared.events import (
+from shared.domain.events import (
     BoothId,
     EventId,
     LicensePlate,
@@ -70,12 +70,13 @@ from shared.events import (
     encode_event,
     format_instant,
 )
-from shared.jvm import pom_properties
-from shared.kafka_admin import kafka_consumer, kafka_producer
-from shared.kafka_security import security_environment
+from shared.domain.view_specs import VIEW_NAMES
+from shared.platform.batch_store import STORE_TABLE_BY_NAME, read_current, version_file
+from shared.platform.jvm import pom_properties
+from shared.platform.kafka_admin import kafka_consumer, kafka_producer
+from shared.platform.kafka_security import security_environment
+from shared.platform.topic_admin import create_topics
 from shared.settings import Settings
-from shared.topic_admin import create_topics
-from shared.topics import VIEW_NAMES
 
 RECORDS_PER_ENTRY = 2.06
 """Records the generator sends per entry with its default fractions (measured)."""
@@ -146,10 +147,11 @@ class Bench:
         self.env = {
             **os.environ,
             "LAMBDALINE_STATE_DIR": str(settings.state_dir),
-            "LAMBDALINE_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
-            "LAMBDALINE_KAFKA_CONTROLLER_PORT": str(settings.kafka_controller_port),
+            "LAMBDALINE_KAFKA_BOOTSTRAP": settings.kafka.bootstrap,
+            "LAMBDALINE_KAFKA_CONTROLLER_PORT": str(settings.kafka.controller_port),
             "LAMBDALINE_API_KEYS": self.api_key,
-            **security_environment(settings),  # the bench's broker's, not the caller's cluster's
+            # the bench's broker's, not the caller's cluster's
+            **security_environment(settings.kafka),
         }
         self.children = Supervisor(env=self.env, logs=folder, prefix="log-")
         self.results: dict[str, Any] = {}
@@ -211,7 +213,7 @@ class Bench:
 
     def _progress_records(self) -> list[dict[str, Any]]:
         consumer = kafka_consumer(
-            self.settings, "lambdaline-bench", auto_offset_reset="earliest", group_id=None,
+            self.settings.kafka, "lambdaline-bench", auto_offset_reset="earliest", group_id=None,
             consumer_timeout_ms=3000,
         )  # fmt: skip
         consumer.subscribe([self.settings.topics.speed_progress])
@@ -243,7 +245,7 @@ class Bench:
             "runtime_s": runtime,
             "cpu_s": {step: round(s, 1) for step, s in report.cpu_seconds.items()},
             "freshness_s": round(period + report.seconds["total"], 1),
-            "schedule": self.settings.batch_cron, "schedule_period_s": period,
+            "schedule": self.settings.batch.cron, "schedule_period_s": period,
             "version": report.version.version, "row_counts": report.version.row_counts,
             "records_ingested": report.records_ingested,
             "dead_letters": report.dead_letters_ingested,
@@ -264,7 +266,7 @@ class Bench:
         }
 
     def _schedule_period_s(self) -> float:
-        runs = croniter(self.settings.batch_cron, START)
+        runs = croniter(self.settings.batch.cron, START)
         first = runs.get_next(datetime)
         return float((runs.get_next(datetime) - first).total_seconds())
 
@@ -282,7 +284,7 @@ class Bench:
             assert current is not None and watermark is not None
             # finalised: every entry of the row's window is older than the watermark
             # minus max_trip (a missing exit is only known after max_trip)
-            cutoff = watermark - self.settings.max_trip - self.settings.window
+            cutoff = watermark - self.settings.views.max_trip - self.settings.views.window
             cursor = tables.cursor()
             path = version_file(self.settings.batch_store, current.version)
             cursor.execute(f"ATTACH '{path}' AS truth (READ_ONLY)")
@@ -328,7 +330,7 @@ class Bench:
 
     def _all_records(self, topic: str) -> list[Any]:
         consumer = kafka_consumer(
-            self.settings, "lambdaline-bench", auto_offset_reset="earliest", group_id=None,
+            self.settings.kafka, "lambdaline-bench", auto_offset_reset="earliest", group_id=None,
             consumer_timeout_ms=3000,
         )  # fmt: skip
         consumer.subscribe([topic])
@@ -383,7 +385,7 @@ class Bench:
         horizon = datetime.combine(self.run_date + timedelta(days=1), datetime.min.time(), UTC)
         self.step("freshness: continuous speed job, probe entries timed until the API shows them")
         self.children.spawn("speed-continuous", "speed", "run")
-        producer = kafka_producer(self.settings, "lambdaline-bench", linger_ms=0)
+        producer = kafka_producer(self.settings.kafka, "lambdaline-bench", linger_ms=0)
         seen: dict[str, float] = {}
         stop = threading.Event()
         window = {"from": format_instant(horizon), "to": format_instant(horizon + timedelta(1))}
@@ -400,7 +402,7 @@ class Bench:
                 stop.wait(0.05)
 
         def probe(n: int) -> tuple[str, float]:
-            at = horizon + n * self.settings.window + timedelta(seconds=30)
+            at = horizon + n * self.settings.views.window + timedelta(seconds=30)
             entry = TollEntry(
                 event_id=EventId(f"probe-{n}-{secrets.token_hex(4)}"),
                 booth_id=BoothId(PROBE_BOOTH),
@@ -449,7 +451,12 @@ class Bench:
         self.batch()
         self.accuracy()
         self.serving_and_freshness()
-        settings = self.settings.model_dump(mode="json", exclude={"api_keys", "state_dir"})
+        # by the settings file's names; the API key and this machine's paths left out
+        flat = self.settings.flat()
+        settings = TypeAdapter(dict[str, Any]).dump_python(
+            {name: value for name, value in flat.items() if name not in ("api_keys", "state_dir")},
+            mode="json",
+        )
         return {
             "started_at": format_instant(datetime.now(UTC)),
             **self.results,
@@ -471,9 +478,9 @@ def run(base: Settings, options: BenchOptions, console: Console) -> Path:
     folder.mkdir(parents=True, exist_ok=False)  # a run never overwrites another
     with (
         tempfile.TemporaryDirectory(prefix="lambdaline-bench-") as state,
-        ephemeral_broker(Path(state), kafka_heap=base.kafka_heap) as broker,
+        ephemeral_broker(Path(state), kafka_heap=base.kafka.heap) as broker,
     ):
-        settings = broker.model_copy(update={"batch_max_offsets_per_trigger": None})
+        settings = broker.updated(batch_max_offsets_per_trigger=None)
         create_topics(settings)
         bench = Bench(settings, options, folder, console)
         try:

@@ -7,14 +7,15 @@ from typing import Annotated
 from fastapi import Query, Response
 
 from serving.deps import BatchDep, Limit, SpeedDep, TimeRangeDep, keyed_router
-from serving.models import ExpiredRegistrationRow, ViewResponse
+from serving.models import response_model
 from serving.queries import ViewQuery
 from serving.responses import view_response, view_rows
+from shared.domain.view_specs import EXPIRED_REGISTRATIONS
 
 router = keyed_router("/v1/alerts", "alerts")
 
 
-@router.get("/expired-registrations", response_model=ViewResponse[ExpiredRegistrationRow])
+@router.get("/expired-registrations", response_model=response_model(EXPIRED_REGISTRATIONS))
 async def expired_registrations(
     time_range: TimeRangeDep,
     batch: BatchDep,
@@ -24,5 +25,5 @@ async def expired_registrations(
 ) -> Response:
     """Entries in [from, to) whose latest registration at entry time had expired."""
     filters = {"booth_id": booth_id} if booth_id is not None else {}
-    query = ViewQuery("expired_registrations", time_range.start, time_range.end, filters, limit)
+    query = ViewQuery(EXPIRED_REGISTRATIONS, time_range.start, time_range.end, filters, limit)
     return view_response(await view_rows(query, batch, speed), speed.watermark)

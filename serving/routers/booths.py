@@ -17,9 +17,10 @@ from serving.deps import (
     invalid_query,
     keyed_router,
 )
-from serving.models import BoothStatsRow, Problem, ViewResponse
+from serving.models import Problem, response_model
 from serving.queries import ViewQuery, key_known
 from serving.responses import view_response, view_rows
+from shared.domain.view_specs import BOOTH_STATS
 from shared.settings import duration_label
 
 router = keyed_router("/v1", "booth stats")
@@ -44,7 +45,7 @@ async def _stats(
     speed: SpeedDep,
     settings: SettingsDep,
 ) -> Response:
-    window = settings.window
+    window = settings.views.window
     size = window if granularity is None else GRANULARITIES[granularity]
     if size < window or size % window:
         raise invalid_query(
@@ -53,7 +54,7 @@ async def _stats(
             "(leave it out for the window's own rows)",
         )  # fmt: skip
     filters = {"booth_id": booth_id} if booth_id is not None else {}
-    query = ViewQuery("booth_stats", time_range.start, time_range.end, filters, limit)
+    query = ViewQuery(BOOTH_STATS, time_range.start, time_range.end, filters, limit)
     rows = await view_rows(query, batch, speed, None if size == window else size)
     if (
         booth_id is not None
@@ -66,7 +67,7 @@ async def _stats(
 
 @router.get(
     "/booths/{booth_id}/stats",
-    response_model=ViewResponse[BoothStatsRow],
+    response_model=response_model(BOOTH_STATS),
     responses={404: {"model": Problem}},
 )
 async def booth_stats(
@@ -82,7 +83,7 @@ async def booth_stats(
     return await _stats(booth_id, time_range, granularity, limit, batch, speed, settings)
 
 
-@router.get("/stats", response_model=ViewResponse[BoothStatsRow])
+@router.get("/stats", response_model=response_model(BOOTH_STATS))
 async def all_booth_stats(
     time_range: TimeRangeDep,
     batch: BatchDep,

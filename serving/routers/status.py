@@ -8,9 +8,9 @@ from fastapi import APIRouter, Response
 
 from serving.deps import BatchReaderDep, SettingsDep, SpeedConsumerDep, SpeedDep, keyed_router
 from serving.models import StatusResponse
-from shared.batch_store import BatchVersion, read_current
+from shared.domain.view_specs import VIEW_NAMES
+from shared.platform.batch_store import BatchVersion, read_current
 from shared.settings import Settings, describe_view_settings
-from shared.topics import VIEW_NAMES
 
 router = APIRouter(tags=["status"])
 keyed = keyed_router("/v1", "status")
@@ -29,20 +29,20 @@ def _speed_counts(speed: SpeedDep) -> dict[str, int]:
 
 
 def _other_view_settings(
-    made_with: Mapping[str, str] | None, made_by: str, layer: str, settings: Settings
+    made_with: Mapping[str, str], made_by: str, layer: str, settings: Settings
 ) -> str | None:
     """Why rows made with ``made_with`` do not fit this API's ``window``/``max_trip``, if
-    they do not (None: not recorded).
+    they do not.
 
     The rows still answer (each carries its own window_start and window_end), but
     the window's own granularity label and the check that a granularity is a
     multiple of the window would use the API's value.
     """
-    if made_with is None or made_with == settings.view_settings:
+    if made_with == settings.views.labels:
         return None
     return (
         f"{made_by} with {describe_view_settings(made_with)}; this API runs with "
-        f"{describe_view_settings(settings.view_settings)}: give it the {layer}'s settings"
+        f"{describe_view_settings(settings.views.labels)}: give it the {layer}'s settings"
     )
 
 

@@ -6,16 +6,17 @@ from fastapi import HTTPException, Response
 from starlette.concurrency import run_in_threadpool
 
 from serving.deps import BatchDep, Limit, SpeedDep, TimeRangeDep, keyed_router
-from serving.models import Problem, VehicleTripRow, ViewResponse
+from serving.models import Problem, response_model
 from serving.queries import ViewQuery, key_known
 from serving.responses import view_response, view_rows
+from shared.domain.view_specs import VEHICLE_TRIPS
 
 router = keyed_router("/v1", "vehicles")
 
 
 @router.get(
     "/vehicles/{license_plate}/trips",
-    response_model=ViewResponse[VehicleTripRow],
+    response_model=response_model(VEHICLE_TRIPS),
     responses={404: {"model": Problem}},
 )
 async def vehicle_trips(
@@ -27,7 +28,7 @@ async def vehicle_trips(
 ) -> Response:
     """Trips of one vehicle entering in [from, to): entry joined to its earliest exit."""
     query = ViewQuery(
-        "vehicle_trips", time_range.start, time_range.end, {"license_plate": license_plate}, limit
+        VEHICLE_TRIPS, time_range.start, time_range.end, {"license_plate": license_plate}, limit
     )
     rows = await view_rows(query, batch, speed)
     if not rows.rows.count and not await run_in_threadpool(

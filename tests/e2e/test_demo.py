@@ -24,8 +24,8 @@ import pytest
 
 from lambdaline.bench.measure import process_tree
 from lambdaline.kafka_broker import free_port
-from shared.events import format_instant, parse_instant
-from shared.kafka_admin import port_open
+from shared.domain.events import format_instant, parse_instant
+from shared.platform.kafka_admin import port_open
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from lambdaline.kafka_broker import ephemeral_broker, free_port
+from shared.platform.topic_admin import create_topics
 from shared.settings import Settings
-from shared.topic_admin import create_topics
 
 
 def broker_settings(state_dir: Path) -> Settings:

@@ -12,17 +12,21 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from shared.kafka_admin import kafka_consumer, kafka_producer
-from shared.kafka_security import security_environment
-from shared.settings import Settings, TopicSettings
-from shared.topic_admin import create_topics
-from shared.topics import speed_topic
+import duckdb
+
+from shared.domain.topics import Topics
+from shared.platform.batch_store import STORE_TABLE_BY_NAME, read_current, version_file
+from shared.platform.kafka_admin import kafka_consumer, kafka_producer
+from shared.platform.kafka_security import security_environment
+from shared.platform.topic_admin import create_topics
+from shared.settings import Settings
+from tests.scenarios import ThreeDays, entry_value, exit_value, registration_value
 
 
 def isolated_settings(kafka: Settings, state_dir: Path) -> Settings:
     """Settings on the shared broker with topics and checkpoints of this test's own."""
     prefix = f"t{uuid.uuid4().hex[:8]}."
-    topics = TopicSettings(
+    topics = Topics(
         entries=f"{prefix}toll.entries",
         exits=f"{prefix}toll.exits",
         registrations=f"{prefix}vehicle.registrations",
@@ -30,7 +34,7 @@ def isolated_settings(kafka: Settings, state_dir: Path) -> Settings:
         speed_prefix=f"{prefix}speed.",
         speed_progress=f"{prefix}speed.progress",
     )
-    settings = kafka.model_copy(update={"topics": topics, "state_dir": state_dir})
+    settings = kafka.updated(topics=topics, state_dir=state_dir)
     create_topics(settings)
     return settings
 
@@ -41,7 +45,7 @@ def environment_of(settings: Settings) -> dict[str, str]:
     return {
         **os.environ,
         "LAMBDALINE_STATE_DIR": str(settings.state_dir),
-        "LAMBDALINE_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+        "LAMBDALINE_KAFKA_BOOTSTRAP": settings.kafka.bootstrap,
         "LAMBDALINE_SPARK_MASTER": "local[2]",
         "LAMBDALINE_TOPICS__ENTRIES": topics.entries,
         "LAMBDALINE_TOPICS__EXITS": topics.exits,
@@ -49,7 +53,7 @@ def environment_of(settings: Settings) -> dict[str, str]:
         "LAMBDALINE_TOPICS__DEAD_LETTERS": topics.dead_letters,
         "LAMBDALINE_TOPICS__SPEED_PREFIX": topics.speed_prefix,
         "LAMBDALINE_TOPICS__SPEED_PROGRESS": topics.speed_progress,
-        **security_environment(settings),
+        **security_environment(settings.kafka),
     }
 
 
@@ -72,7 +76,7 @@ def ms(instant: str) -> int:
 
 def send(settings: Settings, topic: str, records: list[tuple[bytes, bytes, str]]) -> None:
     """Send (key, value, record timestamp) records, all to partition 0, in order."""
-    producer = kafka_producer(settings, "lambdaline-tests")
+    producer = kafka_producer(settings.kafka, "lambdaline-tests")
     for key, value, sent_at in records:
         producer.send(topic, key=key, value=value, partition=0, timestamp_ms=ms(sent_at))
     producer.flush()
@@ -82,7 +86,7 @@ def send(settings: Settings, topic: str, records: list[tuple[bytes, bytes, str]]
 def read_all(settings: Settings, *topics: str) -> list[Any]:
     """Every record of the topics, from the beginning (no consumer group)."""
     consumer = kafka_consumer(
-        settings,
+        settings.kafka,
         "lambdaline-tests",
         auto_offset_reset="earliest",
         consumer_timeout_ms=3000,
@@ -97,41 +101,12 @@ def read_all(settings: Settings, *topics: str) -> list[Any]:
 def speed_view(settings: Settings, view: str) -> dict[str, dict[str, Any]]:
     """The speed store of a view as the serving layer will see it: latest value per key."""
     latest: dict[str, dict[str, Any]] = {}
-    for record in read_all(settings, speed_topic(settings, view)):
+    for record in read_all(settings, settings.topics.speed(view)):
         value = json.loads(record.value, parse_float=Decimal)
         held = latest.get(record.key.decode())
         if held is None or held["batch_id"] <= value["batch_id"]:
             latest[record.key.decode()] = value
     return latest
-
-
-def entry_value(event_id: str, booth: str, plate: str, entry_time: str, toll: str) -> bytes:
-    entry = {
-        "event_id": event_id, "booth_id": booth, "entry_time": entry_time,
-        "license_plate": plate, "state": "NY", "make": "Ford", "model": "F-150",
-        "vehicle_type": 1, "weight_kg": 1500.0, "toll": float(toll), "tag": "",
-    }  # fmt: skip
-    return json.dumps(entry).encode()
-
-
-def exit_value(event_id: str, booth: str, plate: str, exit_time: str) -> bytes:
-    exit_ = {
-        "event_id": event_id,
-        "booth_id": booth,
-        "exit_time": exit_time,
-        "license_plate": plate,
-    }
-    return json.dumps(exit_).encode()
-
-
-def registration_value(
-    event_id: str, registration_id: str, plate: str, expired: bool, at: str
-) -> bytes:
-    registration = {
-        "event_id": event_id, "registration_id": registration_id, "license_plate": plate,
-        "expired": expired, "registration_time": at,
-    }  # fmt: skip
-    return json.dumps(registration).encode()
 
 
 CLOSING_BOOTH = "closing"
@@ -170,4 +145,38 @@ def close_the_day(settings: Settings) -> None:
                 "2026-01-06T12:01:00.100Z",
             )
         ],
+    )
+
+
+def send_three_days(settings: Settings) -> None:
+    """The batch layer's scenario (``tests.scenarios.ThreeDays``) to these settings' topics."""
+    send(settings, settings.topics.registrations, ThreeDays.REGISTRATIONS)
+    send(settings, settings.topics.entries, ThreeDays.ENTRIES + ThreeDays.MALFORMED)
+    send(settings, settings.topics.exits, ThreeDays.EXITS)
+
+
+def batch_rows(settings: Settings, table: str, version: int | None = None) -> list[dict[str, Any]]:
+    """A table of a published version (default: the current one), in key order."""
+    if version is None:
+        current = read_current(settings.batch_store)
+        assert current is not None
+        version = current.version
+    spec = STORE_TABLE_BY_NAME[table]
+    order = ", ".join(f'"{name}"' for name in spec.key)
+    path = version_file(settings.batch_store, version)
+    with duckdb.connect(str(path), read_only=True) as connection:
+        cursor = connection.execute(f'SELECT * FROM "{table}" ORDER BY {order}')
+        names = [column[0] for column in cursor.description]
+        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+
+def without_batch_id(row: dict[str, Any]) -> dict[str, Any]:
+    return {name: value for name, value in row.items() if name != "batch_id"}
+
+
+def speed_booth_stats(settings: Settings) -> list[dict[str, Any]]:
+    """The speed store's booth_stats rows, in key order, without their batch ids."""
+    return sorted(
+        (without_batch_id(row) for row in speed_view(settings, "booth_stats").values()),
+        key=lambda row: (str(row["booth_id"]), str(row["window_start"])),
     )

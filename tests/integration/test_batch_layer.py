@@ -1,17 +1,7 @@
 """The batch layer on the real broker, real Spark and real DuckDB files, over three days.
 
-Input, by hand (window 5 min, max_trip 1 h; D = 2026-01-05 unless a test says otherwise):
-
-- registrations: P1 "R-1" valid on 01-02, P1 "R-2" expired on 01-05 12:00,
-  P2 "R-3" expired on 01-03; P3 never registered.
-- 01-04: e1 b1 P1 10:00:10 (exit 10:20:10), e2 b1 P2 10:03 (exits 10:30 and
-  10:40: the earliest counts), e3 b1 P3 23:50 (exit 00:20 the next day).
-- 01-05: e4 b2 P1 13:00 (no exit), and e1 sent again (a duplicate a day later).
-- copies of exits x1 and x3 and of registrations R-2 and R-3, sent later: they
-  change nothing (the batch drops duplicates of entries only, which it counts).
-- 01-06: e6 b1 P2 08:00 (exit 08:05), after D.
-- dead letters: not JSON (01-04), a missing field and a blank booth (01-05), an
-  event time hours after its record timestamp (01-06, after D).
+The input and the batch store's rows for the run date D are ``tests.scenarios.ThreeDays``
+(window 5 min, max_trip 1 h; D = 2026-01-05 unless a test says otherwise).
 """
 
 from __future__ import annotations
@@ -24,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import date, datetime, timedelta
+from datetime import date, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -48,126 +38,36 @@ from batch_layer.master import (
 )
 from batch_layer.publish import rollback
 from batch_layer.run import RunReport, run_batch
-from shared.batch_store import STORE_TABLE_BY_NAME, STORE_TABLES, read_current, version_file
-from shared.events import EVENT_TYPES, TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION
-from shared.kafka_admin import admin_client
+from shared.domain.events import EVENT_TYPES, TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION
+from shared.platform.batch_store import (
+    STORE_TABLE_BY_NAME,
+    STORE_TABLES,
+    read_current,
+    version_file,
+)
+from shared.platform.kafka_admin import admin_client
+from shared.platform.streaming import KafkaDataLossError
+from shared.platform.topic_admin import create_topics, delete_topics
+from shared.platform.topic_ids import TopicsRecreatedError
 from shared.settings import Settings
-from shared.streaming import KafkaDataLossError
-from shared.topic_admin import create_topics, delete_topics
-from shared.topic_ids import TopicsRecreatedError
-from shared.topics import input_topics
 from tests.integration.helpers import (
-    entry_value,
+    batch_rows,
     environment_of,
-    exit_value,
     isolated_settings,
-    registration_value,
     run_cli,
     send,
+    send_three_days,
 )
+from tests.scenarios import ThreeDays, entry_value, exit_value, t
 
 pytestmark = pytest.mark.integration
 
-D = date(2026, 1, 5)
+D = ThreeDays.D
 ALL_DAYS = [date(2026, 1, day) for day in range(1, 8)]  # every date the input touches
-
-REGISTRATIONS = [
-    (b"P1", registration_value("r1", "R-1", "P1", False, "2026-01-02T09:00:00.000Z"), "2026-01-02T09:00:00.100Z"),
-    (b"P2", registration_value("r3", "R-3", "P2", True, "2026-01-03T08:00:00.000Z"), "2026-01-03T08:00:00.100Z"),
-    (b"P1", registration_value("r2", "R-2", "P1", True, "2026-01-05T12:00:00.000Z"), "2026-01-05T12:00:00.100Z"),
-    # copies, a day later: a registration's copy cannot change which one applies
-    (b"P2", registration_value("r3", "R-3", "P2", True, "2026-01-03T08:00:00.000Z"), "2026-01-04T08:00:00.000Z"),
-    (b"P1", registration_value("r2", "R-2", "P1", True, "2026-01-05T12:00:00.000Z"), "2026-01-06T12:00:00.000Z"),
-]  # fmt: skip
-ENTRIES = [
-    (b"P1", entry_value("e1", "b1", "P1", "2026-01-04T10:00:10.000Z", "2.50"), "2026-01-04T10:00:10.100Z"),
-    (b"P2", entry_value("e2", "b1", "P2", "2026-01-04T10:03:00.000Z", "4.00"), "2026-01-04T10:03:00.100Z"),
-    (b"P3", entry_value("e3", "b1", "P3", "2026-01-04T23:50:00.000Z", "5.75"), "2026-01-04T23:50:00.100Z"),
-    (b"P1", entry_value("e4", "b2", "P1", "2026-01-05T13:00:00.000Z", "7.25"), "2026-01-05T13:00:00.100Z"),
-    (b"P1", entry_value("e1", "b1", "P1", "2026-01-04T10:00:10.000Z", "2.50"), "2026-01-05T09:00:00.000Z"),
-    (b"P2", entry_value("e6", "b1", "P2", "2026-01-06T08:00:00.000Z", "3.00"), "2026-01-06T08:00:00.100Z"),
-]  # fmt: skip
-EXITS = [
-    (b"P1", exit_value("x1", "b1", "P1", "2026-01-04T10:20:10.000Z"), "2026-01-04T10:20:10.100Z"),
-    (b"P2", exit_value("x2", "b1", "P2", "2026-01-04T10:30:00.000Z"), "2026-01-04T10:30:00.100Z"),
-    (b"P2", exit_value("x2b", "b1", "P2", "2026-01-04T10:40:00.000Z"), "2026-01-04T10:40:00.100Z"),
-    (b"P3", exit_value("x3", "b1", "P3", "2026-01-05T00:20:00.000Z"), "2026-01-05T00:20:00.100Z"),
-    (b"P2", exit_value("x6", "b1", "P2", "2026-01-06T08:05:00.000Z"), "2026-01-06T08:05:00.100Z"),
-    # copies, hours later: an exit's copy cannot change a trip or make one
-    (b"P3", exit_value("x3", "b1", "P3", "2026-01-05T00:20:00.000Z"), "2026-01-05T09:00:00.000Z"),
-    (b"P1", exit_value("x1", "b1", "P1", "2026-01-04T10:20:10.000Z"), "2026-01-05T09:00:01.000Z"),
-]  # fmt: skip
-MALFORMED = [
-    (b"P9", b"not json", "2026-01-04T11:00:00.000Z"),
-    (b"P9", b'{"event_id": "m1", "booth_id": "b1"}', "2026-01-05T11:00:00.000Z"),
-    (b"P9", entry_value("m2", "", "P9", "2026-01-05T11:00:00.000Z", "1.00"), "2026-01-05T11:00:01.000Z"),
-    (b"P9", entry_value("m3", "b1", "P9", "2026-01-06T15:00:00.000Z", "1.00"), "2026-01-06T11:00:00.000Z"),
-]  # fmt: skip
-
-
-def t(text: str) -> datetime:
-    """A batch-store time: zone-less UTC."""
-    return datetime.fromisoformat(text)
-
-
-# The batch store's rows for D, by hand (zone-less UTC times).
-BOOTH_STATS = [
-    {"booth_id": "b1", "window_start": t("2026-01-04T10:00"), "window_end": t("2026-01-04T10:05"),
-     "vehicle_count": 2, "total_toll": Decimal("6.50"),
-     "first_entry_time": t("2026-01-04T10:00:10"), "last_entry_time": t("2026-01-04T10:03")},
-    {"booth_id": "b1", "window_start": t("2026-01-04T23:50"), "window_end": t("2026-01-04T23:55"),
-     "vehicle_count": 1, "total_toll": Decimal("5.75"),
-     "first_entry_time": t("2026-01-04T23:50"), "last_entry_time": t("2026-01-04T23:50")},
-    {"booth_id": "b2", "window_start": t("2026-01-05T13:00"), "window_end": t("2026-01-05T13:05"),
-     "vehicle_count": 1, "total_toll": Decimal("7.25"),
-     "first_entry_time": t("2026-01-05T13:00"), "last_entry_time": t("2026-01-05T13:00")},
-]  # fmt: skip
-
-VEHICLE_TRIPS = [
-    {"booth_id": "b1", "license_plate": "P1", "entry_time": t("2026-01-04T10:00:10"),
-     "exit_time": t("2026-01-04T10:20:10"), "duration_seconds": 1200.0},
-    {"booth_id": "b1", "license_plate": "P2", "entry_time": t("2026-01-04T10:03"),
-     "exit_time": t("2026-01-04T10:30"), "duration_seconds": 1620.0},
-    {"booth_id": "b1", "license_plate": "P3", "entry_time": t("2026-01-04T23:50"),
-     "exit_time": t("2026-01-05T00:20"), "duration_seconds": 1800.0},
-]  # fmt: skip
-
-EXPIRED_REGISTRATIONS = [
-    {"booth_id": "b1", "license_plate": "P2", "entry_time": t("2026-01-04T10:03"),
-     "registration_id": "R-3"},
-    {"booth_id": "b2", "license_plate": "P1", "entry_time": t("2026-01-05T13:00"),
-     "registration_id": "R-2"},
-]  # fmt: skip
-
-DIAGNOSTICS = [
-    {"booth_id": "b1", "window_start": t("2026-01-04T23:50"), "reason": "missing_registration", "count": 1},
-    {"booth_id": "b2", "window_start": t("2026-01-05T13:00"), "reason": "missing_exit", "count": 1},
-]  # fmt: skip
-
-
-def send_days(settings: Settings) -> None:
-    send(settings, settings.topics.registrations, REGISTRATIONS)
-    send(settings, settings.topics.entries, ENTRIES + MALFORMED)
-    send(settings, settings.topics.exits, EXITS)
 
 
 def batch(spark: SparkSession, settings: Settings, run_date: date, lookback: int = 2) -> RunReport:
     return run_batch(spark, settings, run_date, lookback, console=Console(file=io.StringIO()))
-
-
-def rows(settings: Settings, table: str, version: int | None = None) -> list[dict[str, Any]]:
-    """A table of a version (default: the current one), in key order."""
-    if version is None:
-        current = read_current(settings.batch_store)
-        assert current is not None
-        version = current.version
-    spec = STORE_TABLE_BY_NAME[table]
-    order = ", ".join(f'"{name}"' for name in spec.key)
-    path = version_file(settings.batch_store, version)
-    with duckdb.connect(str(path), read_only=True) as connection:
-        cursor = connection.execute(f'SELECT * FROM "{table}" ORDER BY {order}')
-        names = [column[0] for column in cursor.description]
-        return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
 
 @pytest.fixture(scope="module")
@@ -176,39 +76,39 @@ def first_run(
 ) -> Settings:
     """One batch run for D over the three days of input."""
     settings = isolated_settings(kafka, tmp_path_factory.mktemp("batch"))
-    send_days(settings)
+    send_three_days(settings)
     report = batch(spark, settings, D)
     assert report.version is not None and report.version.version == 1
     return settings
 
 
 def test_booth_stats(first_run: Settings) -> None:
-    assert rows(first_run, "booth_stats") == BOOTH_STATS
+    assert batch_rows(first_run, "booth_stats") == ThreeDays.BOOTH_STATS
 
 
 def test_vehicle_trips_take_the_earliest_exit_even_after_midnight(first_run: Settings) -> None:
-    assert rows(first_run, "vehicle_trips") == VEHICLE_TRIPS
+    assert batch_rows(first_run, "vehicle_trips") == ThreeDays.VEHICLE_TRIPS
 
 
 def test_expired_registrations_use_the_registration_at_entry_time(first_run: Settings) -> None:
-    assert rows(first_run, "expired_registrations") == EXPIRED_REGISTRATIONS
+    assert batch_rows(first_run, "expired_registrations") == ThreeDays.EXPIRED_REGISTRATIONS
 
 
 def test_diagnostics(first_run: Settings) -> None:
-    assert rows(first_run, "diagnostics") == DIAGNOSTICS
+    assert batch_rows(first_run, "diagnostics") == ThreeDays.DIAGNOSTICS
 
 
 def test_dead_letters_up_to_the_run_date_with_reasons(first_run: Settings) -> None:
     letters = [
         (row["source_topic"], row["source_offset"], row["value"], row["reason"], row["detail"])
-        for row in rows(first_run, "dead_letters")
+        for row in batch_rows(first_run, "dead_letters")
     ]
     topic = first_run.topics.entries
     assert letters == [
         (topic, 6, b"not json", "invalid_json", "value is not a JSON object"),
-        (topic, 7, MALFORMED[1][1], "missing_field",
+        (topic, 7, ThreeDays.MALFORMED[1][1], "missing_field",
          "missing: entry_time, license_plate, state, make, model, vehicle_type, weight_kg, toll, tag"),
-        (topic, 8, MALFORMED[2][1], "invalid_value", "invalid: booth_id"),
+        (topic, 8, ThreeDays.MALFORMED[2][1], "invalid_value", "invalid: booth_id"),
     ]  # fmt: skip
 
 
@@ -227,14 +127,14 @@ def test_pointer_and_manifest(first_run: Settings) -> None:
 
 
 def all_tables(settings: Settings, version: int) -> dict[str, list[dict[str, Any]]]:
-    return {spec.name: rows(settings, spec.name, version) for spec in STORE_TABLES}
+    return {spec.name: batch_rows(settings, spec.name, version) for spec in STORE_TABLES}
 
 
 def test_late_data_is_recomputed_and_a_rerun_changes_only_the_version(
     kafka: Settings, spark: SparkSession, tmp_path: Path
 ) -> None:
     settings = isolated_settings(kafka, tmp_path)
-    send_days(settings)
+    send_three_days(settings)
     batch(spark, settings, D, lookback=0)  # version 1; lookback 0: only new and touched dates
 
     # a day later: e4's exit arrives late, so does an entry for 01-04, and e2 once more
@@ -258,19 +158,19 @@ def test_late_data_is_recomputed_and_a_rerun_changes_only_the_version(
          "exit_time": t("2026-01-05T13:10"), "duration_seconds": 600.0},
     ]  # fmt: skip
     key = STORE_TABLE_BY_NAME["vehicle_trips"].key
-    assert rows(settings, "vehicle_trips") == sorted(
-        VEHICLE_TRIPS + new_trips, key=lambda row: tuple(row[name] for name in key)
+    assert batch_rows(settings, "vehicle_trips") == sorted(
+        ThreeDays.VEHICLE_TRIPS + new_trips, key=lambda row: tuple(row[name] for name in key)
     )
-    assert rows(settings, "diagnostics") == [
+    assert batch_rows(settings, "diagnostics") == [
         {"booth_id": "b1", "window_start": t("2026-01-04T23:50"), "reason": "missing_registration", "count": 1},
         {"booth_id": "b2", "window_start": t("2026-01-04T15:00"), "reason": "missing_exit", "count": 1},
     ]  # fmt: skip
-    assert [(r["booth_id"], r["window_start"], r["vehicle_count"]) for r in rows(settings, "booth_stats")] == [
+    assert [(r["booth_id"], r["window_start"], r["vehicle_count"]) for r in batch_rows(settings, "booth_stats")] == [
         ("b1", t("2026-01-04T10:00"), 2), ("b1", t("2026-01-04T23:50"), 1),
         ("b1", t("2026-01-06T08:00"), 1), ("b2", t("2026-01-04T15:00"), 1),
         ("b2", t("2026-01-05T13:00"), 1),
     ]  # fmt: skip
-    assert [r["reason"] for r in rows(settings, "dead_letters")] == [
+    assert [r["reason"] for r in batch_rows(settings, "dead_letters")] == [
         "invalid_json", "missing_field", "invalid_value", "future_event_time",
     ]  # fmt: skip
 
@@ -288,18 +188,20 @@ def test_a_changed_window_recomputes_every_date_of_the_next_version(
     kafka: Settings, spark: SparkSession, tmp_path: Path
 ) -> None:
     settings = isolated_settings(kafka, tmp_path)
-    send_days(settings)
+    send_three_days(settings)
     batch(spark, settings, D, lookback=0)  # 5-minute windows
 
-    ten_minutes = settings.model_copy(update={"window": timedelta(minutes=10)})
+    ten_minutes = settings.updated(window=timedelta(minutes=10))
     report = batch(spark, ten_minutes, D, lookback=0)  # no new data, no lookback
     assert report.views_changed
     assert report.recomputed_dates == [date(2026, 1, 2), date(2026, 1, 3), date(2026, 1, 4), D]
-    # every entry lies in the first half of a 10-minute window, so the rows of BOOTH_STATS
+    # every entry lies in the first half of a 10-minute window, so the rows of ThreeDays.BOOTH_STATS
     # start where they did and end 10 minutes later; e1 and e2 were one 5-minute window already
     ends = [t("2026-01-04T10:10"), t("2026-01-05T00:00"), t("2026-01-05T13:10")]
-    expected = [{**row, "window_end": end} for row, end in zip(BOOTH_STATS, ends, strict=True)]
-    assert rows(settings, "booth_stats") == expected
+    expected = [
+        {**row, "window_end": end} for row, end in zip(ThreeDays.BOOTH_STATS, ends, strict=True)
+    ]
+    assert batch_rows(settings, "booth_stats") == expected
     current = read_current(settings.batch_store)
     assert current is not None and current.view_settings == {"window": "10m", "max_trip": "1h"}
 
@@ -379,7 +281,9 @@ def test_kill_9_during_publish_leaves_current_untouched(
 
     assert pointer.read_bytes() == before
     assert read_current(first_run.batch_store) == served
-    assert rows(first_run, "booth_stats", served.version) == rows(first_run, "booth_stats")
+    assert batch_rows(first_run, "booth_stats", served.version) == batch_rows(
+        first_run, "booth_stats"
+    )
 
     after = batch(spark, first_run, D)  # the next run succeeds and is served
     assert after.version is not None and after.version.version > served.version
@@ -397,7 +301,7 @@ def files_under(folder: Path) -> dict[str, int]:
 def ingested_once(kafka: Settings, spark: SparkSession, tmp_path: Path) -> Settings:
     """Topics of its own and one batch run for D over the input: ingest batch 0."""
     settings = isolated_settings(kafka, tmp_path)
-    send_days(settings)
+    send_three_days(settings)
     batch(spark, settings, D)
     return settings
 
@@ -417,8 +321,8 @@ def test_a_deleted_ingest_checkpoint_is_refused_then_a_reset_ingest_goes_on_from
             topics.registrations: {"0": 5, "1": 0},
         },
         "topic_ids": recorded,
-        "records": len(ENTRIES + MALFORMED + EXITS + REGISTRATIONS),
-        "dead_letters": len(MALFORMED),
+        "records": len(ThreeDays.ENTRIES + ThreeDays.MALFORMED + ThreeDays.EXITS + ThreeDays.REGISTRATIONS),
+        "dead_letters": len(ThreeDays.MALFORMED),
     }  # fmt: skip
     served = read_current(settings.batch_store)
     checkpoint = Path(ingest_checkpoint(settings))
@@ -439,17 +343,22 @@ def test_a_deleted_ingest_checkpoint_is_refused_then_a_reset_ingest_goes_on_from
         f"{topics.exits}-0": "7 0..7 7 goes on where it was read to",
         f"{topics.registrations}-0": "5 0..5 5 goes on where it was read to",
         **{f"{topic}-1": "0 0..0 0 goes on where it was read to"
-           for topic in input_topics(settings)},
+           for topic in settings.topics.inputs()},
     }  # fmt: skip
     said = " ".join(reset.stdout.split())
     assert f"This begins a new ingest checkpoint at {checkpoint}, whose batches are numbered from 1" in said  # fmt: skip
 
     report = batch(spark, settings, D)
     assert report.records_ingested == 1  # e7 alone: nothing stored is stored again
-    assert read_events(spark, settings, TOLL_ENTRY, ALL_DAYS).count() == len(ENTRIES) + 1
+    assert read_events(spark, settings, TOLL_ENTRY, ALL_DAYS).count() == len(ThreeDays.ENTRIES) + 1
     written = partitions(spark, events_location(settings, TOLL_ENTRY), EVENT_DATE)
     assert {batch_id for _, batch_id in written} == {0, 1}
-    assert [row["booth_id"] for row in rows(settings, "booth_stats")] == ["b1", "b1", "b2", "b3"]
+    assert [row["booth_id"] for row in batch_rows(settings, "booth_stats")] == [
+        "b1",
+        "b1",
+        "b2",
+        "b3",
+    ]
 
 
 def starts_table(settings: Settings, printed: str) -> dict[str, str]:
@@ -457,7 +366,7 @@ def starts_table(settings: Settings, printed: str) -> dict[str, str]:
     return {
         line.split()[0]: " ".join(line.split()[1:])
         for line in printed.splitlines()
-        if line.strip().startswith(tuple(input_topics(settings)))
+        if line.strip().startswith(tuple(settings.topics.inputs()))
     }
 
 
@@ -471,14 +380,14 @@ def test_input_topics_created_again_are_refused_then_a_reset_ingest_goes_on_into
     settings = ingested_once
     checkpoint = ingest_checkpoint(settings)
     recorded = json.loads((Path(checkpoint) / "input_topic_ids.json").read_text())
-    assert sorted(recorded) == sorted(input_topics(settings))
+    assert sorted(recorded) == sorted(settings.topics.inputs())
     served = read_current(settings.batch_store)
     stored = files_under(Path(settings.master_location))
     # the broker's data lost and the same records sent again: the new topics' end
     # offsets equal the checkpoint's, so Spark alone would find nothing new to read
-    delete_topics(settings, input_topics(settings))
+    delete_topics(settings.kafka, settings.topics.inputs())
     create_topics(settings)
-    send_days(settings)
+    send_three_days(settings)
 
     with pytest.raises(TopicsRecreatedError) as refused:
         batch(spark, settings, D)
@@ -487,7 +396,7 @@ def test_input_topics_created_again_are_refused_then_a_reset_ingest_goes_on_into
         f"input topics were deleted and created again since the ingest checkpoint {checkpoint} "
         "first read them: "
     )
-    for topic in input_topics(settings):
+    for topic in settings.topics.inputs():
         assert f"{topic} (id {recorded[topic]}, now " in said
     assert files_under(Path(settings.master_location)) == stored
     assert read_current(settings.batch_store) == served
@@ -501,13 +410,13 @@ def test_input_topics_created_again_are_refused_then_a_reset_ingest_goes_on_into
         f"{settings.topics.exits}-0": "7 0..7 earliest topic created again (new id)",
         f"{settings.topics.registrations}-0": "5 0..5 earliest topic created again (new id)",
         **{f"{topic}-1": "0 0..0 earliest topic created again (new id)"
-           for topic in input_topics(settings)},  # send() writes to partition 0
+           for topic in settings.topics.inputs()},  # send() writes to partition 0
     }  # fmt: skip
     assert "whose batches are numbered from 1" in " ".join(reset.stdout.split())
     assert len(list(Path(checkpoint).parent.glob("ingest.replaced-*"))) == 1
 
     report = batch(spark, settings, D)  # ingest batch 1: every record again, and e7
-    sent = len(ENTRIES + MALFORMED + EXITS + REGISTRATIONS)
+    sent = len(ThreeDays.ENTRIES + ThreeDays.MALFORMED + ThreeDays.EXITS + ThreeDays.REGISTRATIONS)
     assert report.records_ingested == sent + 1
     written = partitions(spark, events_location(settings, TOLL_ENTRY), EVENT_DATE)
     assert {batch_id for _, batch_id in written} == {0, 1}
@@ -516,23 +425,23 @@ def test_input_topics_created_again_are_refused_then_a_reset_ingest_goes_on_into
         for event_type in EVENT_TYPES
     }
     assert master == {
-        TOLL_ENTRY.name: 2 * len(ENTRIES) + 1, TOLL_EXIT.name: 2 * len(EXITS),
-        VEHICLE_REGISTRATION.name: 2 * len(REGISTRATIONS),
+        TOLL_ENTRY.name: 2 * len(ThreeDays.ENTRIES) + 1, TOLL_EXIT.name: 2 * len(ThreeDays.EXITS),
+        VEHICLE_REGISTRATION.name: 2 * len(ThreeDays.REGISTRATIONS),
     }  # fmt: skip
     # every copy counts once; e7 (booth b3, plate P7: no exit, no registration) is new
-    assert rows(settings, "booth_stats") == [*BOOTH_STATS, {
+    assert batch_rows(settings, "booth_stats") == [*ThreeDays.BOOTH_STATS, {
         "booth_id": "b3", "window_start": t("2026-01-05T14:00"), "window_end": t("2026-01-05T14:05"),
         "vehicle_count": 1, "total_toll": Decimal("1.00"),
         "first_entry_time": t("2026-01-05T14:00"), "last_entry_time": t("2026-01-05T14:00"),
     }]  # fmt: skip
-    assert rows(settings, "vehicle_trips") == VEHICLE_TRIPS
-    assert rows(settings, "expired_registrations") == EXPIRED_REGISTRATIONS
-    assert rows(settings, "diagnostics") == [*DIAGNOSTICS,
+    assert batch_rows(settings, "vehicle_trips") == ThreeDays.VEHICLE_TRIPS
+    assert batch_rows(settings, "expired_registrations") == ThreeDays.EXPIRED_REGISTRATIONS
+    assert batch_rows(settings, "diagnostics") == [*ThreeDays.DIAGNOSTICS,
         {"booth_id": "b3", "window_start": t("2026-01-05T14:00"), "reason": "missing_exit", "count": 1},
         {"booth_id": "b3", "window_start": t("2026-01-05T14:00"), "reason": "missing_registration", "count": 1},
     ]  # fmt: skip
     # dead letters are records, not events: each generation's are kept (3 dated <= D)
-    assert len(rows(settings, "dead_letters")) == 2 * 3
+    assert len(batch_rows(settings, "dead_letters")) == 2 * 3
     assert batch(spark, settings, D).records_ingested == 0  # and nothing is read twice
 
 
@@ -548,7 +457,7 @@ def test_records_deleted_before_the_ingest_read_them_stop_it_until_a_reset_inges
     ]  # fmt: skip
     send(settings, settings.topics.entries, lost)
     # retention (or an operator) deletes offsets 10..12 before the next run reads them
-    admin = admin_client(settings)
+    admin = admin_client(settings.kafka)
     try:
         admin.delete_records({TopicPartition(settings.topics.entries, 0): 13})
     finally:
@@ -571,13 +480,18 @@ def test_records_deleted_before_the_ingest_read_them_stop_it_until_a_reset_inges
         f"{topics.exits}-0": "7 0..7 7 goes on where it was read to",
         f"{topics.registrations}-0": "5 0..5 5 goes on where it was read to",
         **{f"{topic}-1": "0 0..0 0 goes on where it was read to"
-           for topic in input_topics(settings)},
+           for topic in settings.topics.inputs()},
     }  # fmt: skip
 
     report = batch(spark, settings, D)
     assert report.records_ingested == 1  # e7 alone: nothing stored is stored again
-    assert read_events(spark, settings, TOLL_ENTRY, ALL_DAYS).count() == len(ENTRIES) + 1
-    assert [row["booth_id"] for row in rows(settings, "booth_stats")] == ["b1", "b1", "b2", "b3"]
+    assert read_events(spark, settings, TOLL_ENTRY, ALL_DAYS).count() == len(ThreeDays.ENTRIES) + 1
+    assert [row["booth_id"] for row in batch_rows(settings, "booth_stats")] == [
+        "b1",
+        "b1",
+        "b2",
+        "b3",
+    ]
 
 
 @pytest.mark.slow
@@ -590,7 +504,7 @@ def test_a_reset_ingest_deletes_what_a_batch_killed_while_writing_wrote(
     written = partitions(spark, events_location(settings, TOLL_ENTRY), EVENT_DATE)
     assert {batch_id for _, batch_id in written} == {0, 1}
     # then the broker's data is lost; the producers send e7 again
-    delete_topics(settings, input_topics(settings))
+    delete_topics(settings.kafka, settings.topics.inputs())
     create_topics(settings)
     send(settings, settings.topics.entries, [NEW_ENTRY])
 
@@ -606,7 +520,7 @@ def test_a_reset_ingest_deletes_what_a_batch_killed_while_writing_wrote(
 
     report = batch(spark, settings, D)
     assert report.records_ingested == 1
-    assert read_events(spark, settings, TOLL_ENTRY, ALL_DAYS).count() == len(ENTRIES) + 1
+    assert read_events(spark, settings, TOLL_ENTRY, ALL_DAYS).count() == len(ThreeDays.ENTRIES) + 1
     written = partitions(spark, events_location(settings, TOLL_ENTRY), EVENT_DATE)
     assert {batch_id for _, batch_id in written} == {0, 1}
 
@@ -634,7 +548,7 @@ def test_a_checkpoint_put_back_from_an_older_copy_is_set_aside_by_a_reset_ingest
     assert (Path(reset.aside) / "commits" / "0").exists()  # the older copy, set aside
 
     assert batch(spark, settings, D).records_ingested == 0
-    assert read_events(spark, settings, TOLL_ENTRY, ALL_DAYS).count() == len(ENTRIES) + 1
+    assert read_events(spark, settings, TOLL_ENTRY, ALL_DAYS).count() == len(ThreeDays.ENTRIES) + 1
 
 
 @pytest.mark.slow
@@ -642,7 +556,7 @@ def test_kill_9_between_an_ingest_write_and_its_commit_loses_and_doubles_nothing
     kafka: Settings, spark: SparkSession, tmp_path: Path
 ) -> None:
     settings = isolated_settings(kafka, tmp_path)
-    send_days(settings)
+    send_three_days(settings)
     kill_at_failpoint(settings, "ingest_before_commit")
 
     # micro-batch 0 wrote its partitions of the master dataset and logged them whole;
@@ -655,21 +569,23 @@ def test_kill_9_between_an_ingest_write_and_its_commit_loses_and_doubles_nothing
     assert read_current(settings.batch_store) is None
 
     report = batch(spark, settings, D)  # replays micro-batch 0 over its own partitions
-    assert report.records_ingested == len(ENTRIES + MALFORMED + EXITS + REGISTRATIONS)
+    assert report.records_ingested == len(
+        ThreeDays.ENTRIES + ThreeDays.MALFORMED + ThreeDays.EXITS + ThreeDays.REGISTRATIONS
+    )
     assert sorted(path.name for path in log.glob("*.json")) == ["0.json"]  # logged again
     assert json.loads((log / "0.json").read_text())["records"] == len(
-        ENTRIES + MALFORMED + EXITS + REGISTRATIONS
+        ThreeDays.ENTRIES + ThreeDays.MALFORMED + ThreeDays.EXITS + ThreeDays.REGISTRATIONS
     )
     master = {
         event_type.name: read_events(spark, settings, event_type, ALL_DAYS).count()
         for event_type in EVENT_TYPES
     }
     assert master == {
-        TOLL_ENTRY.name: len(ENTRIES), TOLL_EXIT.name: len(EXITS),
-        VEHICLE_REGISTRATION.name: len(REGISTRATIONS),
+        TOLL_ENTRY.name: len(ThreeDays.ENTRIES), TOLL_EXIT.name: len(ThreeDays.EXITS),
+        VEHICLE_REGISTRATION.name: len(ThreeDays.REGISTRATIONS),
     }  # fmt: skip
-    assert read_dead_letters(spark, settings, ALL_DAYS).count() == len(MALFORMED)
-    assert rows(settings, "booth_stats") == BOOTH_STATS
-    assert rows(settings, "vehicle_trips") == VEHICLE_TRIPS
-    assert rows(settings, "expired_registrations") == EXPIRED_REGISTRATIONS
-    assert rows(settings, "diagnostics") == DIAGNOSTICS
+    assert read_dead_letters(spark, settings, ALL_DAYS).count() == len(ThreeDays.MALFORMED)
+    assert batch_rows(settings, "booth_stats") == ThreeDays.BOOTH_STATS
+    assert batch_rows(settings, "vehicle_trips") == ThreeDays.VEHICLE_TRIPS
+    assert batch_rows(settings, "expired_registrations") == ThreeDays.EXPIRED_REGISTRATIONS
+    assert batch_rows(settings, "diagnostics") == ThreeDays.DIAGNOSTICS

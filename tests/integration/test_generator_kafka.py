@@ -17,11 +17,10 @@ from pyspark.sql import SparkSession
 
 from lambdaline.bench.measure import process_tree
 from lambdaline.generator import KIND_HEADER, GeneratorConfig, send_to_kafka
+from shared.domain.validation import decode_records
 from shared.settings import Settings
-from shared.topics import input_topics
-from shared.validation import decode_records
 from tests.integration.helpers import read_all
-from tests.unit.test_validation import RAW_SCHEMA
+from tests.scenarios import RAW_SCHEMA
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +35,7 @@ def test_generated_stream_round_trips_and_malformed_records_fail_validation(
     summary = send_to_kafka(config, kafka, workers=2)
     assert summary.by_kind["entry"] == 3000
 
-    records = read_all(kafka, *input_topics(kafka))
+    records = read_all(kafka, *kafka.topics.inputs())
 
     kind_of = [dict(record.headers)[KIND_HEADER].decode() for record in records]
     assert len(records) == summary.records
@@ -58,7 +57,7 @@ def test_generated_stream_round_trips_and_malformed_records_fail_validation(
         for r in records
     ]
     decoded = decode_records(
-        spark.createDataFrame(rows, RAW_SCHEMA), kafka.topics, kafka.max_future_skew
+        spark.createDataFrame(rows, RAW_SCHEMA), kafka.topics, kafka.views.max_future_skew
     )
     expected_reason = {
         (r.topic, r.partition, r.offset): kind.removeprefix("malformed:")
@@ -81,7 +80,7 @@ def test_sigterm_stops_the_generator_and_its_producer_processes(
     env = {
         **os.environ,
         "LAMBDALINE_STATE_DIR": str(tmp_path),
-        "LAMBDALINE_KAFKA_BOOTSTRAP": kafka.kafka_bootstrap,
+        "LAMBDALINE_KAFKA_BOOTSTRAP": kafka.kafka.bootstrap,
         # topics of its own: the other tests read the default ones to the end
         "LAMBDALINE_TOPICS__ENTRIES": "sigterm.entries",
         "LAMBDALINE_TOPICS__EXITS": "sigterm.exits",

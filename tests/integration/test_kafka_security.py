@@ -26,9 +26,9 @@ import pytest
 
 from lambdaline import kafka_broker
 from lambdaline.generator import GeneratorConfig, send_to_kafka
-from shared.kafka_admin import KafkaUnreachableError, require_kafka
+from shared.platform.kafka_admin import KafkaUnreachableError, require_kafka
+from shared.platform.topic_admin import create_topics
 from shared.settings import Settings
-from shared.topic_admin import create_topics
 from tests.certificates import client_certificate
 from tests.integration.conftest import broker_settings
 from tests.integration.helpers import environment_of, isolated_settings, speed_view
@@ -43,8 +43,8 @@ def secured_settings(state_dir: Path, **overrides: object) -> Settings:
     plain = broker_settings(state_dir)
     fields: dict[str, object] = {
         "state_dir": state_dir,
-        "kafka_bootstrap": plain.kafka_bootstrap,
-        "kafka_controller_port": plain.kafka_controller_port,
+        "kafka_bootstrap": plain.kafka.bootstrap,
+        "kafka_controller_port": plain.kafka.controller_port,
         "kafka_heap": "512m",
         "kafka_security_protocol": "SASL_SSL",
         "kafka_sasl_username": "lambdaline-tests",
@@ -85,7 +85,7 @@ def test_a_tls_broker_is_refused_until_clients_trust_its_certificate(tmp_path: P
     elsewhere = tmp_path / "other.pem"
     elsewhere.write_text(_other_certificate(tmp_path))
     with pytest.raises(kafka_broker.BrokerError, match=f"now {elsewhere}, which does not hold it"):
-        kafka_broker.start(settings.model_copy(update={"kafka_ssl_cafile": elsewhere}))
+        kafka_broker.start(settings.updated(kafka_ssl_cafile=elsewhere))
 
 
 def test_the_speed_layer_runs_with_a_password_and_a_client_certificate(
@@ -132,7 +132,7 @@ def test_a_wrong_password_is_named(secured: Settings) -> None:
     )  # fmt: skip
 
     assert created.returncode == 1, created.stderr
-    assert created.stderr.startswith(f"error: cannot reach Kafka at {secured.kafka_bootstrap} ("), (
+    assert created.stderr.startswith(f"error: cannot reach Kafka at {secured.kafka.bootstrap} ("), (
         created.stderr
     )
     # the refusal itself, or (on a busy machine, in most attempts) the broker's hang-up,
@@ -147,48 +147,50 @@ def test_a_wrong_password_is_named(secured: Settings) -> None:
 
 
 def test_an_untrusted_certificate_and_another_protocol_are_named(secured: Settings) -> None:
-    untrusting = secured.model_copy(
-        update={"kafka_ssl_cafile": None, "kafka_timeout": timedelta(seconds=3)}
+    untrusting = secured.updated(
+        **{"kafka_ssl_cafile": None, "kafka_timeout": timedelta(seconds=3)}
     )
     with pytest.raises(KafkaUnreachableError) as untrusted:
-        require_kafka(untrusting)
+        require_kafka(untrusting.kafka)
     assert "CERTIFICATE_VERIFY_FAILED" in str(untrusted.value)
     assert str(untrusted.value).endswith(
         "the broker's certificate is not signed by a CA the client trusts; set "
         "LAMBDALINE_KAFKA_SSL_CAFILE to the CA's PEM file (none is set: the system's are used)"
     )
 
-    plaintext = untrusting.model_copy(update={"kafka_security_protocol": "PLAINTEXT"})
+    # a client speaking PLAINTEXT (so with no credentials and no certificate of its own)
+    plaintext = untrusting.updated(
+        **{"kafka_security_protocol": "PLAINTEXT", **_no_sasl(), **_no_client_certificate()}
+    )
     with pytest.raises(KafkaUnreachableError) as other:
-        require_kafka(plaintext)
+        require_kafka(plaintext.kafka)
     assert str(other.value).endswith(
         f"kafka_security_protocol is PLAINTEXT: check that the cluster's listener at "
-        f"{secured.kafka_bootstrap} speaks it (and LAMBDALINE_KAFKA_SASL_MECHANISM, with SASL)"
+        f"{secured.kafka.bootstrap} speaks it (and LAMBDALINE_KAFKA_SASL_MECHANISM, with SASL)"
     )
 
 
 def test_a_missing_or_untrusted_client_certificate_is_named(
     secured: Settings, tmp_path: Path
 ) -> None:
-    without = secured.model_copy(
-        update={
+    without = secured.updated(**{
             "kafka_ssl_certfile": None, "kafka_ssl_keyfile": None,
             "kafka_ssl_key_password": None, "kafka_timeout": timedelta(seconds=3),
         }
     )  # fmt: skip
     with pytest.raises(KafkaUnreachableError) as missing:
-        require_kafka(without)
+        require_kafka(without.kafka)
     assert str(missing.value).endswith(
         "the cluster asks for a client certificate: set LAMBDALINE_KAFKA_SSL_CERTFILE and "
         "LAMBDALINE_KAFKA_SSL_KEYFILE (none is set)"
     ), missing.value
 
     stranger = client_certificate(tmp_path, name="stranger")
-    untrusted = without.model_copy(
-        update={"kafka_ssl_certfile": stranger.certfile, "kafka_ssl_keyfile": stranger.keyfile}
+    untrusted = without.updated(
+        **{"kafka_ssl_certfile": stranger.certfile, "kafka_ssl_keyfile": stranger.keyfile}
     )
     with pytest.raises(KafkaUnreachableError) as refused:
-        require_kafka(untrusted)
+        require_kafka(untrusted.kafka)
     assert str(refused.value).endswith(
         f"the cluster does not accept the client certificate in {stranger.certfile}: check "
         "that its CA signed it"
@@ -197,6 +199,10 @@ def test_a_missing_or_untrusted_client_certificate_is_named(
 
 def _no_sasl() -> dict[str, object]:
     return {"kafka_sasl_username": None, "kafka_sasl_password": None}
+
+
+def _no_client_certificate() -> dict[str, object]:
+    return {"kafka_ssl_certfile": None, "kafka_ssl_keyfile": None, "kafka_ssl_key_password": None}
 
 
 def _other_certificate(folder: Path) -> str:

@@ -40,9 +40,9 @@ from lambdaline.processes import wait_until_answers
 from serving.main import create_app
 from serving.speed_consumer import SpeedConsumer
 from serving.speed_tables import SpeedTables
-from shared.batch_store import STORE_TABLE_BY_NAME, read_current, version_file
+from shared.platform.batch_store import STORE_TABLE_BY_NAME, read_current, version_file
+from shared.platform.topic_admin import create_topics
 from shared.settings import Settings
-from shared.topic_admin import create_topics
 from speed_layer import job
 from tests.integration.conftest import broker_settings
 from tests.integration.helpers import (
@@ -68,7 +68,7 @@ def layers(
 ) -> tuple[Settings, Settings]:
     """(served settings with H = 2026-01-06, settings whose batch covers all the data)."""
     served = isolated_settings(kafka, tmp_path_factory.mktemp("served"))
-    served = served.model_copy(update={"api_keys": [KEY["X-API-Key"]]})
+    served = served.updated(api_keys=[KEY["X-API-Key"]])
     config = GeneratorConfig(
         events=2500, seed=11, plates=400, traffic=0.025, late=0.0,
         start=datetime(2026, 1, 5, 6, tzinfo=UTC),
@@ -77,7 +77,7 @@ def layers(
     close_the_day(served)
     job.run(spark, served, available_now=True)
     batch(spark, served, date(2026, 1, 5))
-    truth = served.model_copy(update={"state_dir": tmp_path_factory.mktemp("truth")})
+    truth = served.updated(state_dir=tmp_path_factory.mktemp("truth"))
     batch(spark, truth, date(2026, 1, 7))
     return served, truth
 
@@ -195,7 +195,7 @@ def test_the_api_waits_for_missing_speed_topics_and_follows_them_once_created(
         "speed_prefix": f"{prefix}missing.speed.",
         "speed_progress": f"{prefix}missing.progress",
     }
-    settings = settings.model_copy(update={"topics": settings.topics.model_copy(update=missing)})
+    settings = settings.updated(topics=settings.topics.model_copy(update=missing))
     consumer = SpeedConsumer(settings, SpeedTables())
     consumer.start()
     try:
@@ -224,7 +224,7 @@ def test_a_record_that_is_not_a_row_is_skipped_and_the_store_goes_on(
         "last_entry_time": "2026-01-05T06:04:00.000Z", "batch_id": 1,
     }  # fmt: skip
     topic = f"{settings.topics.speed_prefix}booth_stats"
-    producer = KafkaProducer(bootstrap_servers=settings.kafka_bootstrap)
+    producer = KafkaProducer(bootstrap_servers=settings.kafka.bootstrap)
     try:  # one partition (the key's), so the bad record comes first
         producer.send(topic, key=b"b1|06:00", value=b"not json")
         producer.send(topic, key=b"b1|06:00", value=json.dumps(row).encode())
@@ -250,7 +250,7 @@ def test_a_record_that_is_not_a_row_is_skipped_and_the_store_goes_on(
 def test_a_lost_broker_shows_and_the_consumer_resumes_where_it_was(tmp_path: Path) -> None:
     """After catching up, the broker stops: /v1/status and /metrics say so within seconds;
     once it is back, the consumer goes on from its positions (nothing read twice)."""
-    settings = broker_settings(tmp_path).model_copy(update={"api_keys": [KEY["X-API-Key"]]})
+    settings = broker_settings(tmp_path).updated(api_keys=[KEY["X-API-Key"]])
     topic = f"{settings.topics.speed_prefix}booth_stats"
 
     def send(booth: str) -> None:
@@ -260,7 +260,7 @@ def test_a_lost_broker_shows_and_the_consumer_resumes_where_it_was(tmp_path: Pat
             "first_entry_time": "2026-01-05T06:00:01.000Z",
             "last_entry_time": "2026-01-05T06:00:01.000Z", "batch_id": 1,
         }  # fmt: skip
-        producer = KafkaProducer(bootstrap_servers=settings.kafka_bootstrap)
+        producer = KafkaProducer(bootstrap_servers=settings.kafka.bootstrap)
         try:
             producer.send(topic, key=booth.encode(), value=json.dumps(row).encode())
             producer.flush()

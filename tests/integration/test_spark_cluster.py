@@ -29,9 +29,16 @@ import pytest
 from lambdaline.kafka_broker import free_port
 from lambdaline.processes import log_tail, stop_process
 from shared.settings import Settings
-from tests.integration import test_batch_layer as by_hand
-from tests.integration import test_speed_layer as speed_by_hand
-from tests.integration.helpers import environment_of, isolated_settings, read_all, send
+from tests.integration.helpers import (
+    batch_rows,
+    environment_of,
+    isolated_settings,
+    read_all,
+    send,
+    send_three_days,
+    speed_booth_stats,
+)
+from tests.scenarios import OneDay, ThreeDays
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -108,7 +115,7 @@ def test_submit_batch_on_a_standalone_cluster_gives_the_hand_computed_rows(
     kafka: Settings, cluster: Cluster, tmp_path: Path
 ) -> None:
     settings = isolated_settings(kafka, tmp_path / "state")
-    by_hand.send_days(settings)
+    send_three_days(settings)
     env = {
         **environment_of(settings),
         **LOOPBACK,
@@ -119,17 +126,17 @@ def test_submit_batch_on_a_standalone_cluster_gives_the_hand_computed_rows(
         "PYSPARK_PYTHON": "/nonexistent/python3",
     }
     result = subprocess.run(
-        ["bash", str(SUBMIT_BATCH), "--date", by_hand.D.isoformat()],
+        ["bash", str(SUBMIT_BATCH), "--date", ThreeDays.D.isoformat()],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-5000:]
 
-    assert by_hand.rows(settings, "booth_stats") == by_hand.BOOTH_STATS
-    assert by_hand.rows(settings, "vehicle_trips") == by_hand.VEHICLE_TRIPS
-    assert by_hand.rows(settings, "expired_registrations") == by_hand.EXPIRED_REGISTRATIONS
-    assert by_hand.rows(settings, "diagnostics") == by_hand.DIAGNOSTICS
-    assert [row["reason"] for row in by_hand.rows(settings, "dead_letters")] == [
+    assert batch_rows(settings, "booth_stats") == ThreeDays.BOOTH_STATS
+    assert batch_rows(settings, "vehicle_trips") == ThreeDays.VEHICLE_TRIPS
+    assert batch_rows(settings, "expired_registrations") == ThreeDays.EXPIRED_REGISTRATIONS
+    assert batch_rows(settings, "diagnostics") == ThreeDays.DIAGNOSTICS
+    assert [row["reason"] for row in batch_rows(settings, "dead_letters")] == [
         "invalid_json", "missing_field", "invalid_value",
     ]  # fmt: skip
     # the master ran it: an application of the cluster's, its tasks on the worker's executor
@@ -140,7 +147,7 @@ def test_the_speed_job_on_a_standalone_cluster_gives_the_hand_computed_rows(
     kafka: Settings, cluster: Cluster, tmp_path: Path
 ) -> None:
     settings = isolated_settings(kafka, tmp_path / "state")
-    send(settings, settings.topics.entries, speed_by_hand.ENTRIES + speed_by_hand.MALFORMED)
+    send(settings, settings.topics.entries, OneDay.ENTRIES + OneDay.MALFORMED)
     env = {
         **environment_of(settings),
         **LOOPBACK,
@@ -153,7 +160,7 @@ def test_the_speed_job_on_a_standalone_cluster_gives_the_hand_computed_rows(
     )  # fmt: skip
     assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
 
-    assert speed_by_hand.booth_stats(settings) == speed_by_hand.BOOTH_STATS
+    assert speed_booth_stats(settings) == OneDay.BOOTH_STATS
     letters = [json.loads(record.value) for record in read_all(settings, settings.topics.dead_letters)]  # fmt: skip
     assert sorted(letter["reason"] for letter in letters) == [
         "future_event_time", "invalid_json", "invalid_value", "missing_field",

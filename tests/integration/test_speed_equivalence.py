@@ -19,18 +19,17 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lambdaline.generator import GeneratorConfig, send_to_kafka
-from shared.events import TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION
-from shared.settings import Settings
-from shared.topics import input_topics
-from shared.validation import decode_records
-from shared.views import (
-    VIEW_KEYS,
+from shared.domain.events import TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION
+from shared.domain.validation import decode_records
+from shared.domain.view_specs import VIEW_BY_NAME
+from shared.domain.views import (
     booth_stats,
     diagnostics,
     expired_registrations,
     vehicle_trips,
     without_duplicates,
 )
+from shared.settings import Settings
 from speed_layer import job
 from speed_layer.speed_store import JSON_OPTIONS
 from tests.integration.helpers import (
@@ -46,7 +45,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 def as_speed_rows(frame: DataFrame, view: str) -> dict[str, dict[str, Any]]:
     """Static view rows in the speed store's shape: keyed by the JSON of the view key."""
     keyed = frame.select(
-        F.to_json(F.struct(*VIEW_KEYS[view]), JSON_OPTIONS).alias("key"),
+        F.to_json(F.struct(*VIEW_BY_NAME[view].key), JSON_OPTIONS).alias("key"),
         F.to_json(F.struct(*frame.columns), JSON_OPTIONS).alias("value"),
     )
     return {row.key: json.loads(row.value, parse_float=Decimal) for row in keyed.collect()}
@@ -75,21 +74,21 @@ def test_speed_views_equal_the_static_view_functions(
 
     raw = (
         spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
-        .option("subscribe", ",".join(input_topics(settings)))
+        .option("kafka.bootstrap.servers", settings.kafka.bootstrap)
+        .option("subscribe", ",".join(settings.topics.inputs()))
         .option("startingOffsets", "earliest")
         .load()
     )
-    decoded = decode_records(raw, settings.topics, settings.max_future_skew)
+    decoded = decode_records(raw, settings.topics, settings.views.max_future_skew)
     entries = without_duplicates(decoded.of(TOLL_ENTRY)).cache()
     exits = without_duplicates(decoded.of(TOLL_EXIT)).cache()
     registrations = without_duplicates(decoded.of(VEHICLE_REGISTRATION)).cache()
     truth = {
-        "booth_stats": booth_stats(entries, settings.window),
-        "vehicle_trips": vehicle_trips(entries, exits, settings.max_trip),
+        "booth_stats": booth_stats(entries, settings.views.window),
+        "vehicle_trips": vehicle_trips(entries, exits, settings.views.max_trip),
         "expired_registrations": expired_registrations(entries, registrations),
         "diagnostics": diagnostics(
-            entries, exits, registrations, settings.window, settings.max_trip
+            entries, exits, registrations, settings.views.window, settings.views.max_trip
         ),
     }
     for view, frame in truth.items():

@@ -12,49 +12,18 @@ from kafka import KafkaProducer
 from pyspark.sql import SparkSession
 
 from shared.settings import Settings
-from shared.topics import DIAGNOSTIC_ENTRIES, speed_topic
 from speed_layer import job
 from tests.integration.helpers import (
-    entry_value,
-    exit_value,
     isolated_settings,
     read_all,
-    registration_value,
     send,
+    speed_booth_stats,
     speed_view,
+    without_batch_id,
 )
+from tests.scenarios import OneDay, entry, entry_value, exit_, registration
 
 pytestmark = pytest.mark.integration
-
-ENTRIES = [
-    (b"P1", entry_value("e1", "b1", "P1", "2026-01-05T10:00:10.000Z", "2.50"), "2026-01-05T10:00:10.100Z"),
-    (b"P2", entry_value("e2", "b1", "P2", "2026-01-05T10:03:00.000Z", "4.00"), "2026-01-05T10:03:00.100Z"),
-    (b"P2", entry_value("e2", "b1", "P2", "2026-01-05T10:03:00.000Z", "4.00"), "2026-01-05T10:03:05.000Z"),
-    (b"P3", entry_value("e3", "b1", "P3", "2026-01-05T10:05:00.000Z", "5.75"), "2026-01-05T10:05:00.100Z"),
-    (b"P1", entry_value("e4", "b2", "P1", "2026-01-05T10:01:00.000Z", "7.25"), "2026-01-05T10:01:00.100Z"),
-]  # fmt: skip
-MALFORMED = [
-    (b"P9", b"not json", "2026-01-05T10:06:00.000Z"),
-    (b"P9", b'{"event_id": "m1", "booth_id": "b1"}', "2026-01-05T10:06:01.000Z"),
-    (b"P9", entry_value("m2", "", "P9", "2026-01-05T10:06:00.000Z", "1.00"), "2026-01-05T10:06:02.000Z"),
-    (b"P9", entry_value("m3", "b1", "P9", "2026-01-05T12:00:00.000Z", "1.00"), "2026-01-05T10:06:03.000Z"),
-]  # fmt: skip
-
-# booth_stats of ENTRIES, by hand: e2 sent twice counts once
-BOOTH_STATS = [
-    {"booth_id": "b1", "window_start": "2026-01-05T10:00:00.000Z",
-     "window_end": "2026-01-05T10:05:00.000Z", "vehicle_count": 2,
-     "total_toll": Decimal("6.50"), "first_entry_time": "2026-01-05T10:00:10.000Z",
-     "last_entry_time": "2026-01-05T10:03:00.000Z"},
-    {"booth_id": "b1", "window_start": "2026-01-05T10:05:00.000Z",
-     "window_end": "2026-01-05T10:10:00.000Z", "vehicle_count": 1,
-     "total_toll": Decimal("5.75"), "first_entry_time": "2026-01-05T10:05:00.000Z",
-     "last_entry_time": "2026-01-05T10:05:00.000Z"},
-    {"booth_id": "b2", "window_start": "2026-01-05T10:00:00.000Z",
-     "window_end": "2026-01-05T10:05:00.000Z", "vehicle_count": 1,
-     "total_toll": Decimal("7.25"), "first_entry_time": "2026-01-05T10:01:00.000Z",
-     "last_entry_time": "2026-01-05T10:01:00.000Z"},
-]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -63,25 +32,13 @@ def drained(
 ) -> Iterator[Settings]:
     """One available-now run over valid entries (with a duplicate) and one record per dead-letter class."""
     settings = isolated_settings(kafka, tmp_path_factory.mktemp("speed"))
-    send(settings, settings.topics.entries, ENTRIES + MALFORMED)
+    send(settings, settings.topics.entries, OneDay.ENTRIES + OneDay.MALFORMED)
     job.run(spark, settings, available_now=True)
     yield settings
 
 
-def without_batch_id(row: dict[str, object]) -> dict[str, object]:
-    return {name: value for name, value in row.items() if name != "batch_id"}
-
-
-def booth_stats(settings: Settings) -> list[dict[str, object]]:
-    """The speed store's booth_stats rows, in key order, without their batch ids."""
-    return sorted(
-        (without_batch_id(row) for row in speed_view(settings, "booth_stats").values()),
-        key=lambda row: (str(row["booth_id"]), str(row["window_start"])),
-    )
-
-
 def test_booth_stats_counts_each_event_once(drained: Settings) -> None:
-    assert booth_stats(drained) == BOOTH_STATS
+    assert speed_booth_stats(drained) == OneDay.BOOTH_STATS
 
 
 def test_speed_store_records_are_keyed_by_the_view_key(drained: Settings) -> None:
@@ -124,7 +81,7 @@ def test_progress_is_published_per_query(drained: Settings) -> None:
         json.loads(record.value) for record in read_all(drained, drained.topics.speed_progress)
     ]
     stats = [p for p in progress if p["query"] == "speed.booth_stats" and p["num_input_rows"] > 0]
-    assert sum(p["num_input_rows"] for p in stats) == len(ENTRIES) + len(MALFORMED)
+    assert sum(p["num_input_rows"] for p in stats) == len(OneDay.ENTRIES) + len(OneDay.MALFORMED)
     assert stats[-1]["watermark"] is not None
     # the API compares them with its own window and max_trip (/v1/status)
     assert {json.dumps(p["view_settings"], sort_keys=True) for p in progress} == {
@@ -137,8 +94,8 @@ def test_a_record_later_than_the_watermark_is_dropped_and_counted(
 ) -> None:
     settings = isolated_settings(kafka, tmp_path)
     send(settings, settings.topics.entries, [
-        (b"P1", entry_value("e1", "b1", "P1", "2026-01-05T10:00:10.000Z", "2.50"), "2026-01-05T10:00:10.100Z"),
-        (b"P5", entry_value("e5", "b1", "P5", "2026-01-05T10:20:00.000Z", "3.00"), "2026-01-05T10:20:00.100Z"),
+        OneDay.E1,
+        entry("e5", "b1", "P5", "2026-01-05T10:20:00.000Z", "3.00", sent_at="2026-01-05T10:20:00.100Z"),
     ])  # fmt: skip
     job.run(spark, settings, available_now=True)  # the watermark moves to 10:18 (2 min behind)
 
@@ -162,18 +119,18 @@ def test_vehicle_trips_are_final_once_no_earlier_exit_can_arrive(
 ) -> None:
     settings = isolated_settings(kafka, tmp_path)
     send(settings, settings.topics.entries, [
-        (b"P1", entry_value("e1", "b1", "P1", "2026-01-05T10:00:10.000Z", "2.50"), "2026-01-05T10:00:10.100Z"),
-        (b"P1", entry_value("e4", "b2", "P1", "2026-01-05T10:01:00.000Z", "7.25"), "2026-01-05T10:01:00.100Z"),
-        (b"P2", entry_value("e2", "b1", "P2", "2026-01-05T10:03:00.000Z", "4.00"), "2026-01-05T10:03:00.100Z"),
+        OneDay.E1,
+        OneDay.E4,
+        OneDay.E2,
         # closes the hour: moves the entries' watermark past 10:03 + max_trip
-        (b"P9", entry_value("e9", "b9", "P9", "2026-01-05T11:30:00.000Z", "1.00"), "2026-01-05T11:30:00.100Z"),
+        entry("e9", "b9", "P9", "2026-01-05T11:30:00.000Z", "1.00", sent_at="2026-01-05T11:30:00.100Z"),
     ])  # fmt: skip
     send(settings, settings.topics.exits, [
-        (b"P1", exit_value("x1", "b1", "P1", "2026-01-05T10:12:00.000Z"), "2026-01-05T10:12:00.100Z"),
-        (b"P1", exit_value("x1b", "b1", "P1", "2026-01-05T10:20:00.000Z"), "2026-01-05T10:20:00.100Z"),
-        (b"P2", exit_value("x2", "b1", "P2", "2026-01-05T11:04:00.000Z"), "2026-01-05T11:04:00.100Z"),
-        (b"P1", exit_value("x4", "b2", "P1", "2026-01-05T10:31:00.000Z"), "2026-01-05T10:31:00.100Z"),
-        (b"P9", exit_value("x9", "b9", "P9", "2026-01-05T11:31:00.000Z"), "2026-01-05T11:31:00.100Z"),
+        OneDay.X1,
+        OneDay.X1B,
+        OneDay.X2,
+        OneDay.X4,
+        exit_("x9", "b9", "P9", "2026-01-05T11:31:00.000Z", sent_at="2026-01-05T11:31:00.100Z"),
     ])  # fmt: skip
     job.run(spark, settings, available_now=True)
 
@@ -194,28 +151,28 @@ def test_expired_registrations_and_diagnostics(
 ) -> None:
     settings = isolated_settings(kafka, tmp_path)
     send(settings, settings.topics.registrations, [
-        (b"P1", registration_value("r1", "R1", "P1", False, "2025-12-20T09:00:00.000Z"), "2025-12-20T09:00:00.100Z"),
-        (b"P2", registration_value("r2", "R2", "P2", True, "2025-12-01T00:00:00.000Z"), "2025-12-01T00:00:00.100Z"),
+        OneDay.R1,
+        OneDay.R2,
         # copies (same event_id) sent again, here and below: each event counts once
-        (b"P2", registration_value("r2", "R2", "P2", True, "2025-12-01T00:00:00.000Z"), "2025-12-01T00:00:05.000Z"),
-        (b"P1", registration_value("r1b", "R1b", "P1", True, "2026-01-05T10:00:30.000Z"), "2026-01-05T10:00:30.100Z"),
+        registration("r2", "R2", "P2", True, "2025-12-01T00:00:00.000Z", sent_at="2025-12-01T00:00:05.000Z"),
+        OneDay.R1B,
     ])  # fmt: skip
     send(settings, settings.topics.entries, [
-        (b"P1", entry_value("e1", "b1", "P1", "2026-01-05T10:00:10.000Z", "2.50"), "2026-01-05T10:00:10.100Z"),
-        (b"P1", entry_value("e4", "b2", "P1", "2026-01-05T10:01:00.000Z", "7.25"), "2026-01-05T10:01:00.100Z"),
-        (b"P2", entry_value("e2", "b1", "P2", "2026-01-05T10:03:00.000Z", "4.00"), "2026-01-05T10:03:00.100Z"),
-        (b"P3", entry_value("e3", "b1", "P3", "2026-01-05T10:05:00.000Z", "5.75"), "2026-01-05T10:05:00.100Z"),
-        (b"P3", entry_value("e3", "b1", "P3", "2026-01-05T10:05:00.000Z", "5.75"), "2026-01-05T10:05:04.000Z"),
-        (b"P2", entry_value("e2", "b1", "P2", "2026-01-05T10:03:00.000Z", "4.00"), "2026-01-05T10:05:05.000Z"),
+        OneDay.E1,
+        OneDay.E4,
+        OneDay.E2,
+        OneDay.E3,
+        entry("e3", "b1", "P3", "2026-01-05T10:05:00.000Z", "5.75", sent_at="2026-01-05T10:05:04.000Z"),
+        entry("e2", "b1", "P2", "2026-01-05T10:03:00.000Z", "4.00", sent_at="2026-01-05T10:05:05.000Z"),
         # closes the morning; itself undecided at the end of the run
-        (b"P9", entry_value("e9", "b9", "P9", "2026-01-05T12:30:00.000Z", "1.00"), "2026-01-05T12:30:00.100Z"),
+        entry("e9", "b9", "P9", "2026-01-05T12:30:00.000Z", "1.00", sent_at="2026-01-05T12:30:00.100Z"),
     ])  # fmt: skip
     send(settings, settings.topics.exits, [
-        (b"P1", exit_value("x1", "b1", "P1", "2026-01-05T10:12:00.000Z"), "2026-01-05T10:12:00.100Z"),
-        (b"P1", exit_value("x1", "b1", "P1", "2026-01-05T10:12:00.000Z"), "2026-01-05T10:12:03.000Z"),
-        (b"P1", exit_value("x4", "b2", "P1", "2026-01-05T10:31:00.000Z"), "2026-01-05T10:31:00.100Z"),
-        (b"P2", exit_value("x2", "b1", "P2", "2026-01-05T11:04:00.000Z"), "2026-01-05T11:04:00.100Z"),
-        (b"P9", exit_value("x9", "b9", "P9", "2026-01-05T12:31:00.000Z"), "2026-01-05T12:31:00.100Z"),
+        OneDay.X1,
+        exit_("x1", "b1", "P1", "2026-01-05T10:12:00.000Z", sent_at="2026-01-05T10:12:03.000Z"),
+        OneDay.X4,
+        OneDay.X2,
+        exit_("x9", "b9", "P9", "2026-01-05T12:31:00.000Z", sent_at="2026-01-05T12:31:00.100Z"),
     ])  # fmt: skip
     job.run(spark, settings, available_now=True)
 
@@ -268,17 +225,17 @@ def test_a_replayed_lookup_batch_does_not_count_its_diagnostic_entries_twice(
 ) -> None:
     settings = isolated_settings(kafka, tmp_path)
     send(settings, settings.topics.registrations, [
-        (b"P1", registration_value("r1", "R1", "P1", False, "2025-12-20T09:00:00.000Z"), "2025-12-20T09:00:00.100Z"),
+        OneDay.R1,
     ])  # fmt: skip
     send(settings, settings.topics.entries, [
-        (b"P1", entry_value("e1", "b1", "P1", "2026-01-05T10:00:10.000Z", "2.50"), "2026-01-05T10:00:10.100Z"),
-        (b"P3", entry_value("e3", "b1", "P3", "2026-01-05T10:05:00.000Z", "5.75"), "2026-01-05T10:05:00.100Z"),
+        OneDay.E1,
+        OneDay.E3,
         # moves the watermark past 10:05; itself undecided at the end of the run
-        (b"P1", entry_value("e9", "b9", "P1", "2026-01-05T12:30:00.000Z", "1.00"), "2026-01-05T12:30:00.100Z"),
+        entry("e9", "b9", "P1", "2026-01-05T12:30:00.000Z", "1.00", sent_at="2026-01-05T12:30:00.100Z"),
     ])  # fmt: skip
     # the lookups' watermark is the entries' and the exits' minimum: exits must flow too
     send(settings, settings.topics.exits, [
-        (b"P1", exit_value("x9", "b9", "P1", "2026-01-05T12:31:00.000Z"), "2026-01-05T12:31:00.100Z"),
+        exit_("x9", "b9", "P1", "2026-01-05T12:31:00.000Z", sent_at="2026-01-05T12:31:00.100Z"),
     ])  # fmt: skip
     job.run(spark, settings, available_now=True)
 
@@ -300,7 +257,7 @@ def test_a_replayed_lookup_batch_does_not_count_its_diagnostic_entries_twice(
 
     # a crash after the lookup's micro-batch wrote the internal topic but before
     # Spark committed it: the replay writes the same records again
-    internal = speed_topic(settings, DIAGNOSTIC_ENTRIES)
+    internal = settings.topics.diagnostic_entries
     written = read_all(settings, internal)
     decided = sorted(
         (json.loads(r.value)["event_id"], json.loads(r.value)["reason"]) for r in written
@@ -310,7 +267,7 @@ def test_a_replayed_lookup_batch_does_not_count_its_diagnostic_entries_twice(
         ("e3", "missing_exit"),
         ("e3", "missing_registration"),
     ]
-    producer = KafkaProducer(bootstrap_servers=settings.kafka_bootstrap)
+    producer = KafkaProducer(bootstrap_servers=settings.kafka.bootstrap)
     for record in written:
         producer.send(internal, key=record.key, value=record.value, timestamp_ms=record.timestamp)
     producer.flush()

@@ -14,28 +14,26 @@ from pyspark.sql import SparkSession
 
 from serving.speed_consumer import SpeedConsumer
 from serving.speed_tables import SpeedTables
-from shared.kafka_admin import records_written
+from shared.platform.kafka_admin import records_written
+from shared.platform.streaming import KafkaDataLossError
+from shared.platform.topic_admin import create_topics, delete_topics
 from shared.settings import Settings
-from shared.streaming import KafkaDataLossError
-from shared.topic_admin import create_topics, delete_topics
-from shared.topics import input_topics, speed_store_topics
 from speed_layer import job
 from speed_layer.checkpoint import checkpoint_dir, reset
 from tests.integration.helpers import (
-    entry_value,
     isolated_settings,
     read_all,
     run_cli,
     send,
     speed_view,
 )
-from tests.integration.test_speed_layer import ENTRIES, MALFORMED
+from tests.scenarios import OneDay, entry_value
 
 pytestmark = pytest.mark.integration
 
 Row = tuple[str, datetime, datetime, int, Decimal]
 
-# booth_stats of ENTRIES by hand (e2 is sent twice and counts once), as the API holds them
+# booth_stats of OneDay.ENTRIES by hand (e2 is sent twice and counts once), as the API holds them
 FIVE_MINUTE_ROWS: list[Row] = [
     ("b1", datetime(2026, 1, 5, 10, 0), datetime(2026, 1, 5, 10, 5), 2, Decimal("6.50")),
     ("b1", datetime(2026, 1, 5, 10, 5), datetime(2026, 1, 5, 10, 10), 1, Decimal("5.75")),
@@ -70,7 +68,7 @@ def test_a_reset_starts_the_speed_layer_over_with_a_new_window_and_the_api_follo
     kafka: Settings, spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     settings = isolated_settings(kafka, tmp_path_factory.mktemp("reset"))
-    send(settings, settings.topics.entries, ENTRIES + MALFORMED)
+    send(settings, settings.topics.entries, OneDay.ENTRIES + OneDay.MALFORMED)
     job.run(spark, settings, available_now=True)
     tables = SpeedTables()
     consumer = SpeedConsumer(settings, tables)  # what each API process runs
@@ -81,7 +79,7 @@ def test_a_reset_starts_the_speed_layer_over_with_a_new_window_and_the_api_follo
         assert tables.watermark is not None
         assert tables.view_settings == [{"window": "5m", "max_trip": "1h"}]
         dead_letters = len(read_all(settings, settings.topics.dead_letters))
-        assert dead_letters == len(MALFORMED)
+        assert dead_letters == len(OneDay.MALFORMED)
 
         # deleting the checkpoint alone: the new job's micro-batch ids would start at 0
         # again under rows of higher ids, so `speed run` refuses before Spark starts
@@ -95,11 +93,13 @@ def test_a_reset_starts_the_speed_layer_over_with_a_new_window_and_the_api_follo
         reset = run_cli(settings, "speed", "reset", "--yes")
         assert reset.returncode == 0, reset.stderr
         assert "the speed-store topics are empty" in " ".join(reset.stdout.split())
-        assert records_written(settings, speed_store_topics(settings)) == dict.fromkeys(
-            speed_store_topics(settings), 0
+        assert records_written(settings.kafka, settings.topics.speed_store()) == dict.fromkeys(
+            settings.topics.speed_store(), 0
         )
         assert not checkpoint_dir(settings).exists()
-        assert len(read_all(settings, settings.topics.entries)) == len(ENTRIES + MALFORMED)
+        assert len(read_all(settings, settings.topics.entries)) == len(
+            OneDay.ENTRIES + OneDay.MALFORMED
+        )
         assert len(read_all(settings, settings.topics.dead_letters)) == dead_letters  # kept
 
         # the API empties its tables once it sees the topics are new
@@ -109,7 +109,7 @@ def test_a_reset_starts_the_speed_layer_over_with_a_new_window_and_the_api_follo
             time.sleep(0.2)
         assert tables.watermark is None and tables.view_settings == []
 
-        ten_minutes = settings.model_copy(update={"window": timedelta(minutes=10)})
+        ten_minutes = settings.updated(window=timedelta(minutes=10))
         job.run(spark, ten_minutes, available_now=True)
         # the new job's micro-batch ids start again at 0, below the old rows' ids:
         # read from the new topics' start, its rows are all the API holds
@@ -131,10 +131,10 @@ def test_input_topics_created_again_stop_the_job_until_a_reset(
     kafka: Settings, spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     settings = isolated_settings(kafka, tmp_path_factory.mktemp("lost"))
-    send(settings, settings.topics.entries, ENTRIES)
+    send(settings, settings.topics.entries, OneDay.ENTRIES)
     job.run(spark, settings, available_now=True)
     # the broker's data lost: the topics come back empty and get one entry
-    delete_topics(settings, input_topics(settings))
+    delete_topics(settings.kafka, settings.topics.inputs())
     create_topics(settings)
     again = "2026-01-05T11:00:00.000Z"
     send(
@@ -159,14 +159,14 @@ def test_input_topics_created_again_past_the_old_offsets_are_refused_not_skipped
     kafka: Settings, spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     settings = isolated_settings(kafka, tmp_path_factory.mktemp("recreated"))
-    send(settings, settings.topics.entries, ENTRIES)  # 5 records
+    send(settings, settings.topics.entries, OneDay.ENTRIES)  # 5 records
     first = run_cli(settings, "speed", "run", "--available-now")
     assert first.returncode == 0, first.stderr
     recorded = json.loads((checkpoint_dir(settings) / "input_topic_ids.json").read_text())
-    assert sorted(recorded) == sorted(input_topics(settings))
+    assert sorted(recorded) == sorted(settings.topics.inputs())
     # the topics created again and given 8 entries, more than the checkpoint read:
-    # Spark alone went on from offset 5 and counted the last 3 (tried 2026-11-25)
-    delete_topics(settings, input_topics(settings))
+    # Spark alone would go on from offset 5 and count the last 3
+    delete_topics(settings.kafka, settings.topics.inputs())
     create_topics(settings)
     times = [f"2026-01-05T11:0{minute}:00.000Z" for minute in range(8)]
     send(settings, settings.topics.entries, [

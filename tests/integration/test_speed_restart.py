@@ -22,10 +22,10 @@ from pyspark.sql import SparkSession
 
 from lambdaline import kafka_broker
 from lambdaline.generator import GeneratorConfig, send_to_kafka
-from shared.process_groups import group_is_gone
+from shared.domain.view_specs import VIEW_NAMES
+from shared.platform.process_groups import group_is_gone
+from shared.platform.topic_admin import create_topics
 from shared.settings import Settings
-from shared.topic_admin import create_topics
-from shared.topics import VIEW_NAMES
 from speed_layer import job
 from tests.integration.conftest import broker_settings
 from tests.integration.helpers import (
@@ -42,7 +42,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 def wait_for_batches(settings: Settings, query: str, batches: int, timeout_s: float) -> None:
     """Wait until `query` has reported `batches` micro-batches with input on speed.progress."""
     consumer = KafkaConsumer(
-        settings.topics.speed_progress, bootstrap_servers=settings.kafka_bootstrap,
+        settings.topics.speed_progress, bootstrap_servers=settings.kafka.bootstrap,
         auto_offset_reset="earliest", group_id=None, consumer_timeout_ms=1000,
     )  # fmt: skip
     seen: set[int] = set()
@@ -101,8 +101,8 @@ def test_kill_9_mid_stream_then_restart_equals_an_uninterrupted_run(
     close_the_day(interrupted)
     job.run(spark, interrupted, available_now=True)  # restart on the same checkpoints
 
-    uninterrupted = interrupted.model_copy(
-        update={
+    uninterrupted = interrupted.updated(
+        **{
             "state_dir": tmp_path / "uninterrupted",
             "topics": interrupted.topics.model_copy(
                 update={
@@ -182,8 +182,8 @@ def test_a_broker_gone_ends_the_job_with_one_line_and_its_checkpoint_goes_on(
     spark: SparkSession, tmp_path: Path
 ) -> None:
     # a broker of its own, to stop; its clients give up after 10 s rather than 30
-    settings = broker_settings(tmp_path / "state").model_copy(
-        update={"kafka_timeout": timedelta(seconds=10)}
+    settings = broker_settings(tmp_path / "state").updated(
+        **{"kafka_timeout": timedelta(seconds=10)}
     )
     kafka_broker.start(settings)
     log_path = tmp_path / "speed.log"
@@ -218,7 +218,7 @@ def test_a_broker_gone_ends_the_job_with_one_line_and_its_checkpoint_goes_on(
         (error,) = [line for line in output.splitlines() if line.startswith("error:")]
         assert re.fullmatch(
             r"error: query speed\.[a-z._]+ failed: TimeoutException: [^;]+; "
-            rf"cannot reach Kafka at {re.escape(settings.kafka_bootstrap)} \(.+\); start the "
+            rf"cannot reach Kafka at {re.escape(settings.kafka.bootstrap)} \(.+\); start the "
             r"embedded broker with `lambdaline kafka start` or set LAMBDALINE_KAFKA_BOOTSTRAP; "
             r"the checkpoint holds every committed micro-batch: run `lambdaline speed run` "
             r"again to go on from there",

@@ -9,7 +9,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from shared.streaming import (
+from shared.platform.streaming import (
     QueryFailedError,
     brief_java_errors,
     raise_if_failed,

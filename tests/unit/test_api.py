@@ -18,9 +18,10 @@ from lambdaline.kafka_broker import free_port
 from serving.batch_reader import BatchReader
 from serving.deps import app_settings, speed_consumer, speed_tables
 from serving.main import create_app
-from serving.models import BoothStatsRow, ViewResponse
+from serving.models import response_model
 from serving.speed_tables import SpeedTables
-from shared.batch_store import version_file
+from shared.domain.view_specs import BOOTH_STATS
+from shared.platform.batch_store import version_file
 from shared.settings import Settings
 from tests.unit.api_stores import (
     DAY,
@@ -55,7 +56,7 @@ def test_booth_stats_merge_batch_below_the_horizon_with_speed_from_it(client: Te
     assert body["speed_watermark"] == "2026-01-06T00:58:00.000Z"
     assert body["granularity"] == "5m"
     assert body["truncated"] is False
-    ViewResponse[BoothStatsRow].model_validate_json(response.text)  # the body is what /docs says
+    response_model(BOOTH_STATS).model_validate_json(response.text)  # the body is what /docs says
     assert [(r["window_start"], r["vehicle_count"], r["total_toll"], r["source"]) for r in body["rows"]] == [
         ("2026-01-05T23:50:00.000Z", 3, "7.50", "batch"),
         ("2026-01-05T23:55:00.000Z", 1, "2.00", "batch"),

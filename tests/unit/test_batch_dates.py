@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import date, timedelta
 
 from batch_layer.recompute import DEAD_LETTERS, Inventory, dates_to_recompute
-from shared.events import TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION
+from shared.domain.events import TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION
 
 
 def d(day: int) -> date:

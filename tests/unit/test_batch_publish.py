@@ -22,7 +22,7 @@ from batch_layer.publish import (
     run_lock,
 )
 from lambdaline.cli import app
-from shared.batch_store import read_current, version_file
+from shared.platform.batch_store import read_current, version_file
 
 
 def booth_rows(*rows: tuple[str, str, int]) -> pa.Table:
@@ -105,19 +105,6 @@ def test_rows_of_other_view_settings_are_never_kept_beside_new_ones(tmp_path: Pa
     assert booth_stats_of(tmp_path, every_date.version) == [("b1", "2026-01-04T10:00", 5)]
     current = read_current(tmp_path)
     assert current is not None and current.view_settings == ten_minutes
-
-
-def test_a_manifest_written_before_view_settings_were_recorded_reads_as_unknown(
-    tmp_path: Path,
-) -> None:
-    publish(tmp_path, booth_rows(), [], horizon_day=6)
-    pointer = tmp_path / "CURRENT"
-    document = json.loads(pointer.read_text())
-    assert document["view_settings"] == VIEW_SETTINGS
-    del document["view_settings"]
-    pointer.write_text(json.dumps(document))
-    current = read_current(tmp_path)
-    assert current is not None and current.view_settings is None
 
 
 def test_rows_are_stored_in_key_order(tmp_path: Path) -> None:

@@ -17,11 +17,10 @@ from typer.testing import CliRunner
 from batch_layer.cli import require_closed
 from lambdaline.cli import app, topics_table
 from lambdaline.kafka_broker import free_port, new_cluster_id
-from shared.jvm import JarResolutionError, JvmProfile, resolve_jars
-from shared.locks import exclusive_lock
+from shared.platform.jvm import JarResolutionError, JvmProfile, resolve_jars
+from shared.platform.locks import exclusive_lock
+from shared.platform.topic_admin import TopicOutcome, all_topics
 from shared.settings import Settings
-from shared.topic_admin import TopicOutcome
-from shared.topics import all_topics
 
 runner = CliRunner()
 
@@ -154,7 +153,7 @@ def test_unreachable_maven_central_is_said_plainly(
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     settings = Settings(jvm_cache_dir=tmp_path / "cache")
     with pytest.raises(JarResolutionError, match="cannot reach Maven Central"):
-        resolve_jars(settings, JvmProfile.KAFKA_BROKER)
+        resolve_jars(settings.jvm_cache_dir, JvmProfile.KAFKA_BROKER)
     assert not any((tmp_path / "cache").iterdir())  # nothing half-resolved is left behind
 
 

@@ -7,7 +7,7 @@ from decimal import Decimal
 import duckdb
 from pyspark.sql import types as T
 
-from shared.events import (
+from shared.domain.events import (
     INSTANT_STRFTIME,
     TOLL_ENTRY,
     TOLL_EXIT,
@@ -21,7 +21,7 @@ from shared.events import (
     encode_event,
     format_instant,
 )
-from shared.settings import TopicSettings
+from shared.domain.topics import Topics
 
 
 def test_entry_schema_follows_the_design() -> None:
@@ -54,9 +54,9 @@ def test_exit_and_registration_schemas() -> None:
 
 
 def test_topics_come_from_settings() -> None:
-    topics = TopicSettings(entries="a.entries")
-    assert TOLL_ENTRY.topic(topics) == "a.entries"
-    assert TOLL_EXIT.topic(topics) == "toll.exits"
+    topics = Topics(entries="a.entries")
+    assert topics.of(TOLL_ENTRY) == "a.entries"
+    assert topics.of(TOLL_EXIT) == "toll.exits"
 
 
 def test_instants_are_utc_with_milliseconds() -> None:

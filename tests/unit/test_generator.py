@@ -49,7 +49,7 @@ def test_records_follow_kafka_partitioning_and_send_order(
     out = generate(tmp_path, "p.jsonl", settings, events=1500)
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     for line in lines:
-        assert line["partition"] == partition_of(line["key"].encode(), settings.kafka_partitions)
+        assert line["partition"] == partition_of(line["key"].encode(), settings.kafka.partitions)
     timestamps = [line["timestamp"] for line in lines]
     assert timestamps == sorted(timestamps)
 

@@ -11,7 +11,7 @@ import pytest
 from batch_layer.ingest_log import IngestLogError, LoggedBatch, parse, spark_offsets, unfinished
 from batch_layer.ingest_reset import EARLIEST, IngestResetPlan, starting_offsets
 from batch_layer.master import IngestStart, MasterDatasetError, check_ingest_checkpoint
-from shared.kafka_admin import Bounds
+from shared.platform.kafka_admin import Bounds
 from shared.settings import Settings
 
 
@@ -156,7 +156,7 @@ def test_only_the_newest_stored_batch_may_lack_its_ingest_log_entry(
 @pytest.mark.parametrize(
     ("stored", "logged", "named"),
     [
-        ({0, 1, 2}, set(), "0, 1, 2"),  # ingested before the log was kept
+        ({0, 1, 2}, set(), "0, 1, 2"),  # the log lost
         ({0, 1, 2}, {0, 2}, "1"),  # an entry deleted by hand
         ({0, 1, 2}, {0}, "1, 2"),
     ],

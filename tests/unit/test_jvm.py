@@ -5,7 +5,7 @@ from pathlib import Path
 import pyspark
 import pytest
 
-from shared.jvm import JdkToolMissingError, _artifact_name, jdk_tool, pom_properties
+from shared.platform.jvm import JdkToolMissingError, _artifact_name, jdk_tool, pom_properties
 
 
 def test_connector_version_matches_installed_pyspark() -> None:

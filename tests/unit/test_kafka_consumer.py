@@ -9,7 +9,7 @@ import pytest
 from kafka.errors import KafkaTimeoutError
 
 from lambdaline.kafka_broker import free_port
-from shared.kafka_admin import kafka_consumer
+from shared.platform.kafka_admin import kafka_consumer
 from shared.settings import Settings
 
 
@@ -21,7 +21,7 @@ def test_a_consumer_that_cannot_bootstrap_stops_its_network_thread(tmp_path: Pat
     settings = Settings(state_dir=tmp_path, kafka_bootstrap=f"127.0.0.1:{free_port()}")
     for _ in range(3):  # a caller that retries, as the API's speed consumer does
         with pytest.raises(KafkaTimeoutError, match="Unable to bootstrap"):
-            kafka_consumer(settings, "lambdaline-test-retry", bootstrap_timeout_ms=300)
+            kafka_consumer(settings.kafka, "lambdaline-test-retry", bootstrap_timeout_ms=300)
     assert network_threads("lambdaline-test-retry") == []
 
 
@@ -38,6 +38,8 @@ def test_a_consumer_without_a_group_does_not_auto_commit(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, configs: dict[str, object], auto_commit: object
 ) -> None:
     built: dict[str, object] = {}
-    monkeypatch.setattr("shared.kafka_admin._Consumer", lambda **kwargs: built.update(kwargs))
-    kafka_consumer(Settings(state_dir=tmp_path), "lambdaline-test", **configs)
+    monkeypatch.setattr(
+        "shared.platform.kafka_admin._Consumer", lambda **kwargs: built.update(kwargs)
+    )
+    kafka_consumer(Settings(state_dir=tmp_path).kafka, "lambdaline-test", **configs)
     assert built.get("enable_auto_commit") == auto_commit

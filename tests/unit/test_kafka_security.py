@@ -11,14 +11,14 @@ from cryptography.hazmat.primitives import serialization
 from kafka.errors import KafkaTimeoutError
 
 from lambdaline import kafka_broker
-from shared.kafka_admin import BootstrapFailures, KafkaBootstrapError, unreachable
-from shared.kafka_security import (
+from shared.platform.kafka_admin import BootstrapFailures, KafkaBootstrapError, unreachable
+from shared.platform.kafka_security import (
     jaas_quote,
     python_client_configs,
     security_environment,
     spark_kafka_options,
 )
-from shared.settings import Settings, SettingsError, get_settings
+from shared.settings import Settings, SettingsError, get_settings, read_settings
 from tests.certificates import client_certificate
 
 PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
@@ -45,15 +45,15 @@ def sasl_ssl(cafile: Path, **overrides: object) -> Settings:
 
 def test_plaintext_is_the_default_and_adds_nothing_but_the_protocol() -> None:
     settings = Settings()
-    assert python_client_configs(settings) == {"security_protocol": "PLAINTEXT"}
-    assert spark_kafka_options(settings) == {
+    assert python_client_configs(settings.kafka) == {"security_protocol": "PLAINTEXT"}
+    assert spark_kafka_options(settings.kafka) == {
         "kafka.bootstrap.servers": "127.0.0.1:9092",
         "kafka.security.protocol": "PLAINTEXT",
     }
 
 
 def test_kafka_python_clients_get_the_credentials_and_the_ca_file(cafile: Path) -> None:
-    assert python_client_configs(sasl_ssl(cafile)) == {
+    assert python_client_configs(sasl_ssl(cafile).kafka) == {
         "security_protocol": "SASL_SSL",
         "sasl_mechanism": "SCRAM-SHA-512",
         "sasl_plain_username": "alice",
@@ -66,7 +66,7 @@ def test_a_child_given_the_security_environment_reaches_the_cluster_the_same_way
     cafile: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     secured = sasl_ssl(cafile)
-    assert security_environment(secured) == {
+    assert security_environment(secured.kafka) == {
         "LAMBDALINE_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
         "LAMBDALINE_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
         "LAMBDALINE_KAFKA_SASL_USERNAME": "alice",
@@ -77,20 +77,20 @@ def test_a_child_given_the_security_environment_reaches_the_cluster_the_same_way
         "LAMBDALINE_KAFKA_SSL_KEY_PASSWORD": "",
     }
     # a parent's own cluster settings (a variable, the settings file) do not reach the child
-    plaintext = security_environment(Settings())
+    plaintext = security_environment(Settings().kafka)
     monkeypatch.chdir(tmp_path)
     (tmp_path / "lambdaline.toml").write_text('kafka_sasl_username = "bob"\n')
     monkeypatch.setenv("LAMBDALINE_KAFKA_SSL_CAFILE", str(cafile))
     for name, value in plaintext.items():
         monkeypatch.setenv(name, value)
-    child = Settings()
-    assert child.kafka_security_protocol == "PLAINTEXT"
-    assert (child.kafka_sasl_username, child.kafka_ssl_cafile) == (None, None)
+    child = read_settings()
+    assert child.kafka.security_protocol == "PLAINTEXT"
+    assert (child.kafka.sasl_username, child.kafka.ssl_cafile) == (None, None)
 
 
 def test_spark_gets_a_jaas_line_and_the_certificates_themselves(cafile: Path) -> None:
     # the executors read no file of the driver's: the PEM text travels in the options
-    assert spark_kafka_options(sasl_ssl(cafile)) == {
+    assert spark_kafka_options(sasl_ssl(cafile).kafka) == {
         "kafka.bootstrap.servers": "broker-1:9093,broker-2:9093",
         "kafka.security.protocol": "SASL_SSL",
         "kafka.sasl.mechanism": "SCRAM-SHA-512",
@@ -103,8 +103,8 @@ def test_spark_gets_a_jaas_line_and_the_certificates_themselves(cafile: Path) ->
 
 def test_without_a_ca_file_tls_clients_use_the_systems_trust_store() -> None:
     settings = Settings(kafka_security_protocol="SSL")
-    assert python_client_configs(settings) == {"security_protocol": "SSL"}
-    assert "kafka.ssl.truststore.certificates" not in spark_kafka_options(settings)
+    assert python_client_configs(settings.kafka) == {"security_protocol": "SSL"}
+    assert "kafka.ssl.truststore.certificates" not in spark_kafka_options(settings.kafka)
 
 
 @pytest.mark.parametrize(
@@ -167,7 +167,7 @@ def test_a_client_certificate_reaches_both_kinds_of_client(tmp_path: Path, cafil
         kafka_ssl_certfile=client.certfile, kafka_ssl_keyfile=client.keyfile,
         kafka_ssl_key_password="key pw",
     )  # fmt: skip
-    assert python_client_configs(settings) == {
+    assert python_client_configs(settings.kafka) == {
         "security_protocol": "SSL",
         "ssl_cafile": str(cafile),
         "ssl_certfile": str(client.certfile),
@@ -177,7 +177,7 @@ def test_a_client_certificate_reaches_both_kinds_of_client(tmp_path: Path, cafil
     assert "key pw" not in repr(settings)
     # Spark's executors get the certificate and the key themselves, the key as Java 17
     # reads it: PKCS#8, decrypted
-    options = spark_kafka_options(settings)
+    options = spark_kafka_options(settings.kafka)
     assert options["kafka.ssl.keystore.type"] == "PEM"
     assert options["kafka.ssl.keystore.certificate.chain"] == client.certfile.read_text()
     key_text = options["kafka.ssl.keystore.key"]
@@ -197,7 +197,7 @@ def test_a_pkcs1_key_reaches_spark_as_pkcs8(tmp_path: Path) -> None:
         kafka_ssl_certfile=client.certfile,
         kafka_ssl_keyfile=client.keyfile,
     )
-    key_text = spark_kafka_options(settings)["kafka.ssl.keystore.key"]
+    key_text = spark_kafka_options(settings.kafka)["kafka.ssl.keystore.key"]
     assert key_text.startswith("-----BEGIN PRIVATE KEY-----\n")
 
 
@@ -240,7 +240,7 @@ def test_a_client_certificate_its_key_and_the_keys_password_must_agree(tmp_path:
         kafka_security_protocol="SASL_SSL", kafka_sasl_username="u", kafka_sasl_password="p",
         kafka_ssl_certfile=locked.certfile, kafka_ssl_keyfile=locked.keyfile,
         kafka_ssl_key_password="right",
-    ).kafka_ssl_keyfile == locked.keyfile  # fmt: skip
+    ).kafka.ssl_keyfile == locked.keyfile  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -258,13 +258,13 @@ def test_an_empty_variable_unsets_a_security_setting_of_the_settings_file(
     settings_file.write_text(f'{name} = "{tmp_path / "no-such-file"}"\n')
     monkeypatch.setenv("LAMBDALINE_CONFIG", str(settings_file))
     monkeypatch.setenv(f"LAMBDALINE_{name.upper()}", "")
-    assert getattr(get_settings(), name) is None
+    assert get_settings().flat()[name] is None
 
 
 def test_the_password_is_hidden_wherever_settings_are_shown(cafile: Path) -> None:
     settings = sasl_ssl(cafile)
     assert 'p"a' not in repr(settings)
-    assert settings.model_dump(mode="json")["kafka_sasl_password"] == "**********"
+    assert settings.model_dump(mode="json")["kafka"]["sasl_password"] == "**********"
 
 
 def test_the_embedded_brokers_listener_takes_the_client_settings(tmp_path: Path) -> None:
@@ -303,7 +303,7 @@ def test_the_embedded_broker_refuses_what_it_cannot_serve(
     fields = {"kafka_security_protocol": "SASL_PLAINTEXT", "kafka_sasl_username": "alice"}
     settings = Settings(**(fields | {"kafka_sasl_password": "pw"} | overrides))  # type: ignore[arg-type]
     with pytest.raises(kafka_broker.BrokerError, match=refusal):
-        kafka_broker.check_security_settings(settings)
+        kafka_broker.check_security_settings(settings.kafka)
 
 
 def _failed(reason: str) -> logging.LogRecord:
@@ -374,7 +374,7 @@ def test_an_unreachable_cluster_is_named_with_what_to_do(
     cafile: Path, reason: str, remedy: str
 ) -> None:
     error = KafkaBootstrapError(KafkaTimeoutError("Unable to bootstrap from broker-1:9093"), reason)
-    assert str(unreachable(sasl_ssl(cafile), error)) == (
+    assert str(unreachable(sasl_ssl(cafile).kafka, error)) == (
         "cannot reach Kafka at broker-1:9093,broker-2:9093 (KafkaBootstrapError: Unable to "
         f"bootstrap from broker-1:9093; the last attempt failed: {reason}); "
         + remedy.format(cafile=cafile)

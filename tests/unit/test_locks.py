@@ -1,4 +1,4 @@
-"""shared.locks: one holder at a time, named when refused, freed when its holder dies."""
+"""shared.platform.locks: one holder at a time, named when refused, freed when its holder dies."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from shared.locks import LockHeldError, exclusive_lock
+from shared.platform.locks import LockHeldError, exclusive_lock
 
 HOLD_FOREVER = """
 import sys, time
 from pathlib import Path
-from shared.locks import exclusive_lock
+from shared.platform.locks import exclusive_lock
 with exclusive_lock(Path(sys.argv[1]), "a test holder", "-"):
     print("held", flush=True)
     time.sleep(600)

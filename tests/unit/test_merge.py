@@ -6,7 +6,14 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from shared.merge import Source, bucket_start, merge_at_horizon, roll_up_booth_stats, sources_for
+from shared.domain.merge import (
+    Source,
+    bucket_start,
+    merge_at_horizon,
+    roll_up,
+    sources_for,
+)
+from shared.domain.view_specs import BOOTH_STATS
 
 
 def at(text: str) -> datetime:
@@ -33,7 +40,7 @@ H = at("2026-01-06T00:00")
 
 
 def test_batch_below_the_horizon_speed_from_it() -> None:
-    merged = merge_at_horizon(BATCH, SPEED, H, "window_start")
+    merged = merge_at_horizon(BOOTH_STATS, BATCH, SPEED, H)
     assert [(r["window_start"], r["vehicle_count"], r["source"]) for r in merged] == [
         (at("2026-01-05T23:50"), 3, "batch"),
         (at("2026-01-05T23:55"), 1, "batch"),
@@ -49,8 +56,8 @@ def test_wire_strings_merge_as_their_instants() -> None:
         return {**row, "window_start": row["window_start"].strftime("%Y-%m-%dT%H:%M:%S.000Z")}
 
     merged = merge_at_horizon(
-        [wire(r) for r in BATCH], [wire(r) for r in SPEED], "2026-01-06T00:00:00.000Z",
-        "window_start",
+        BOOTH_STATS, [wire(r) for r in BATCH], [wire(r) for r in SPEED],
+        "2026-01-06T00:00:00.000Z",
     )  # fmt: skip
     assert [(r["window_start"], r["vehicle_count"], r["source"]) for r in merged] == [
         ("2026-01-05T23:50:00.000Z", 3, "batch"),
@@ -62,20 +69,20 @@ def test_wire_strings_merge_as_their_instants() -> None:
 
 def test_batch_rows_at_or_after_the_horizon_are_ignored() -> None:
     late_batch = [stats("b1", "2026-01-06T00:00", 50, "1.00")]
-    merged = merge_at_horizon(late_batch, [], H, "window_start")
+    merged = merge_at_horizon(BOOTH_STATS, late_batch, [], H)
     assert merged == []
 
 
 def test_without_a_batch_version_everything_comes_from_the_speed_layer() -> None:
-    merged = merge_at_horizon([], SPEED, None, "window_start")
+    merged = merge_at_horizon(BOOTH_STATS, [], SPEED, None)
     assert [r["source"] for r in merged] == ["speed", "speed", "speed"]
     assert [r["vehicle_count"] for r in merged] == [9, 2, 4]
 
 
 def test_an_hour_bucket_straddling_the_horizon_is_mixed() -> None:
     horizon = at("2026-01-05T23:55")  # a horizon inside the 23:00 bucket
-    merged = merge_at_horizon(BATCH, SPEED, horizon, "window_start")
-    hours = roll_up_booth_stats(merged, timedelta(hours=1))
+    merged = merge_at_horizon(BOOTH_STATS, BATCH, SPEED, horizon)
+    hours = roll_up(BOOTH_STATS, merged, timedelta(hours=1))
     assert [(r["window_start"], r["window_end"], r["vehicle_count"], r["total_toll"], r["source"]) for r in hours] == [
         (at("2026-01-05T23:00"), at("2026-01-06T00:00"), 3 + 9, Decimal("106.50"), "mixed"),
         (at("2026-01-06T00:00"), at("2026-01-06T01:00"), 2 + 4, Decimal("13.00"), "speed"),
@@ -85,8 +92,8 @@ def test_an_hour_bucket_straddling_the_horizon_is_mixed() -> None:
 
 
 def test_a_day_bucket_of_one_source_keeps_it() -> None:
-    merged = merge_at_horizon(BATCH, SPEED, H, "window_start")
-    days = roll_up_booth_stats(merged, timedelta(days=1))
+    merged = merge_at_horizon(BOOTH_STATS, BATCH, SPEED, H)
+    days = roll_up(BOOTH_STATS, merged, timedelta(days=1))
     assert [(r["window_start"], r["vehicle_count"], r["source"]) for r in days] == [
         (at("2026-01-05T00:00"), 4, "batch"),
         (at("2026-01-06T00:00"), 6, "speed"),
@@ -96,8 +103,8 @@ def test_a_day_bucket_of_one_source_keeps_it() -> None:
 def test_a_horizon_that_moves_between_two_requests() -> None:
     # the batch layer has caught up with 00:00-00:05 when the horizon moves to 00:05
     batch_then = [*BATCH, stats("b1", "2026-01-06T00:00", 2, "5.00")]
-    before = merge_at_horizon(BATCH, SPEED, H, "window_start")
-    after = merge_at_horizon(batch_then, SPEED, at("2026-01-06T00:05"), "window_start")
+    before = merge_at_horizon(BOOTH_STATS, BATCH, SPEED, H)
+    after = merge_at_horizon(BOOTH_STATS, batch_then, SPEED, at("2026-01-06T00:05"))
     assert [(r["window_start"], r["source"]) for r in before] == [
         (at("2026-01-05T23:50"), "batch"), (at("2026-01-05T23:55"), "batch"),
         (at("2026-01-06T00:00"), "speed"), (at("2026-01-06T00:05"), "speed"),

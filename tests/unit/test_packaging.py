@@ -87,16 +87,16 @@ def test_what_comes_with_a_dependency_is_one_it_requires() -> None:
 
 
 def test_every_data_file_the_packages_read_ships_in_them() -> None:
-    from shared.jvm import POM_PATH
-    from shared.spark_session import DRIVER_LOG4J2
+    from shared.platform.jvm import POM_PATH
+    from shared.platform.spark_session import DRIVER_LOG4J2
     from speed_layer.job import SCHEDULER_POOLS_FILE
 
     package_data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
         "package-data"
     ]
     for path in (POM_PATH, DRIVER_LOG4J2, SCHEDULER_POOLS_FILE):
-        package = path.parent.name
-        assert path.parent == ROOT / package and package in PACKAGES, path
+        package = ".".join(path.parent.relative_to(ROOT).parts)
+        assert package.split(".")[0] in PACKAGES, path
         assert path.is_file() and path.name in package_data[package], path
 
 

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from lambdaline.processes import Child, Supervisor
-from shared.process_groups import end_group, group_is_gone
+from shared.platform.process_groups import end_group, group_is_gone
 
 
 def _leader_leaving(child: str, tmp_path: Path) -> subprocess.Popen[bytes]:

@@ -1,4 +1,4 @@
-"""The registration rule (``shared.views.registrations_at_entry``) on static DataFrames.
+"""The registration rule (``shared.domain.views.registrations_at_entry``) on static DataFrames.
 
 Every expected row is written by hand from the events listed in the test.
 """
@@ -9,7 +9,7 @@ from datetime import datetime
 
 from pyspark.sql import DataFrame, SparkSession
 
-from shared.views import registrations_at_entry
+from shared.domain.views import registrations_at_entry
 
 ENTRY_SCHEMA = "event_id string, booth_id string, license_plate string, entry_time timestamp"
 REGISTRATION_SCHEMA = (

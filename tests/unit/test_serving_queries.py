@@ -3,8 +3,8 @@
 ``encoded_rows`` has DuckDB write each row's JSON (the store's side of the
 horizon, tagged with its source), and ``rolled_up_rows`` has each store roll up
 its side in SQL. The reference here reads every row of the range from both
-stores into Python, merges them with ``shared.merge.merge_at_horizon``, rolls
-them up with ``roll_up_booth_stats`` and encodes them with ``encode_rows``. On
+stores into Python, merges them with ``shared.domain.merge.merge_at_horizon``, rolls
+them up with ``shared.domain.merge.roll_up`` and encodes them with ``encode_rows``. On
 real DuckDB stores (filled by hand, with awkward strings and doubles) both must
 give the reference's rows, in the same order, with the same values and sources;
 hand-written rows check the reference itself.
@@ -29,8 +29,9 @@ from serving.batch_reader import BatchSnapshot
 from serving.queries import ViewQuery, encoded_rows, naive_utc, rolled_up_rows
 from serving.responses import encode_rows, reads_on_event_loop
 from serving.speed_tables import SpeedTables
-from shared.batch_store import STORE_TABLE_BY_NAME, read_current
-from shared.merge import Row, Source, merge_at_horizon, roll_up_booth_stats, sources_for
+from shared.domain.merge import Row, Source, merge_at_horizon, roll_up, sources_for
+from shared.domain.view_specs import BOOTH_STATS, VEHICLE_TRIPS, VIEW_BY_NAME
+from shared.platform.batch_store import STORE_TABLE_BY_NAME, read_current
 from tests.unit.api_stores import (
     VIEW_SETTINGS,
     booth_row,
@@ -90,10 +91,10 @@ def reference_rows(
     query: ViewQuery, batch: BatchSnapshot | None, speed: SpeedTables, size: timedelta | None = None
 ) -> list[Row]:
     """Every typed row of the range from both stores, merged, rolled up to ``size`` if given."""
-    table = STORE_TABLE_BY_NAME[query.view]
+    table = STORE_TABLE_BY_NAME[query.view.name]
     filters = sorted(query.filters.items())
     where = " AND ".join(
-        [f'"{query.time_column}" >= ?', f'"{query.time_column}" < ?']
+        [f'"{query.view.time_column}" >= ?', f'"{query.view.time_column}" < ?']
         + [f'"{column}" = ?' for column, _ in filters]
     )
     columns = ", ".join(f'"{name}"' for name in table.column_names)
@@ -110,9 +111,9 @@ def reference_rows(
 
     horizon = naive_utc(batch.version.horizon) if batch is not None else None
     batch_rows = read(batch.cursor()) if batch is not None else []
-    rows = merge_at_horizon(batch_rows, read(speed.cursor()), horizon, query.time_column)
+    rows = merge_at_horizon(query.view, batch_rows, read(speed.cursor()), horizon)
     if size is not None:
-        rows = roll_up_booth_stats(rows, size)
+        rows = roll_up(query.view, rows, size)
     rows.sort(key=lambda row: tuple(row[name] for name in table.key))
     return rows[: query.limit]
 
@@ -147,7 +148,7 @@ def test_duckdb_json_is_what_the_merge_path_encodes(
     sources: str,
 ) -> None:
     batch, speed = stores
-    query = ViewQuery(view, start, end, {}, limit)
+    query = ViewQuery(VIEW_BY_NAME[view], start, end, {}, limit)
     assert "+".join(sources_for(start, end, HORIZON)) == sources
     encoded = encoded_rows(query, batch, speed)
     rows = json.loads(encoded.json)
@@ -172,7 +173,7 @@ def test_truncated_says_whether_the_range_held_more_rows_than_the_limit(
         (in_range, in_range, False),
         (None, in_range, False),
     ):
-        query = ViewQuery("booth_stats", datetime(2026, 1, 5, tzinfo=UTC), end, {}, limit)
+        query = ViewQuery(BOOTH_STATS, datetime(2026, 1, 5, tzinfo=UTC), end, {}, limit)
         encoded = encoded_rows(query, batch, speed)
         assert (encoded.count, len(json.loads(encoded.json)), encoded.truncated) == (
             count,
@@ -185,7 +186,7 @@ def test_the_hand_written_rows_of_a_batch_only_day(
     stores: tuple[BatchSnapshot, SpeedTables],
 ) -> None:
     batch, speed = stores
-    query = ViewQuery("booth_stats", datetime(2026, 1, 5, tzinfo=UTC), HORIZON, {}, None)
+    query = ViewQuery(BOOTH_STATS, datetime(2026, 1, 5, tzinfo=UTC), HORIZON, {}, None)
     rows = json.loads(encoded_rows(query, batch, speed).json)
     assert [(r["booth_id"], r["window_start"], r["total_toll"], r["source"]) for r in rows] == [
         (AWKWARD, "2026-01-05T10:00:00.000Z", "10.05", "batch"),
@@ -193,7 +194,7 @@ def test_the_hand_written_rows_of_a_batch_only_day(
         ("b1", "2026-01-05T23:50:00.000Z", "7.50", "batch"),
         ("b1", "2026-01-05T23:55:00.000Z", "2.00", "batch"),
     ]  # sorted by booth_id as DuckDB orders VARCHAR (byte-wise: '"' < '0')
-    trips = ViewQuery("vehicle_trips", datetime(2026, 1, 5, tzinfo=UTC), HORIZON, {}, None)
+    trips = ViewQuery(VEHICLE_TRIPS, datetime(2026, 1, 5, tzinfo=UTC), HORIZON, {}, None)
     seconds = {r["license_plate"]: r["duration_seconds"] for r in
                json.loads(encoded_rows(trips, batch, speed).json)}  # fmt: skip
     assert seconds == {"P1": 1200.0, "P0": 0.1, AWKWARD: 1e20, "P2": 1.0 / 3}
@@ -204,7 +205,7 @@ def test_a_range_across_the_horizon_interleaves_the_stores_by_key(
 ) -> None:
     batch, speed = stores
     query = ViewQuery(
-        "booth_stats", datetime(2026, 1, 5, tzinfo=UTC), datetime(2026, 1, 7, tzinfo=UTC), {}, 5
+        BOOTH_STATS, datetime(2026, 1, 5, tzinfo=UTC), datetime(2026, 1, 7, tzinfo=UTC), {}, 5
     )
     rows = json.loads(encoded_rows(query, batch, speed).json)
     assert [(r["booth_id"], r["window_start"], r["vehicle_count"], r["source"]) for r in rows] == [
@@ -221,7 +222,7 @@ def test_before_any_batch_version_the_speed_store_answers_alone(
 ) -> None:
     _, speed = stores
     query = ViewQuery(
-        "booth_stats", datetime(2026, 1, 5, tzinfo=UTC), HORIZON + timedelta(days=1), {}, None
+        BOOTH_STATS, datetime(2026, 1, 5, tzinfo=UTC), HORIZON + timedelta(days=1), {}, None
     )
     assert sources_for(query.start, query.end, None) == (Source.SPEED,)
     rows = json.loads(encoded_rows(query, None, speed).json)
@@ -259,7 +260,7 @@ def test_roll_ups_in_sql_are_the_roll_up_of_the_merged_rows(
 ) -> None:
     batch, speed = filled_stores(tmp_path, horizon)
     try:
-        query = ViewQuery("booth_stats", start, end, filters, limit)
+        query = ViewQuery(BOOTH_STATS, start, end, filters, limit)
         rows, truncated = rolled_up_rows(query, batch, speed, size)
         assert json.loads(encode_rows(rows).json) == general(query, batch, speed, size)
         assert rows == reference_rows(query, batch, speed, size)  # types too, not only JSON
@@ -274,7 +275,7 @@ def test_the_hand_written_buckets_of_a_horizon_inside_them(tmp_path: Path) -> No
     batch, speed = filled_stores(tmp_path, MID_HOUR)
     try:
         query = ViewQuery(
-            "booth_stats", datetime(2026, 1, 5, tzinfo=UTC), datetime(2026, 1, 7, tzinfo=UTC),
+            BOOTH_STATS, datetime(2026, 1, 5, tzinfo=UTC), datetime(2026, 1, 7, tzinfo=UTC),
             {"booth_id": "b1"},
         )  # fmt: skip
         hours = [
@@ -327,7 +328,10 @@ def test_one_keys_rows_over_at_most_a_day_are_read_on_the_event_loop(
 ) -> None:
     """Small reads stay on the event loop; wider ones (no key, or over a day) go to a thread."""
     query = ViewQuery(
-        view, datetime.fromisoformat(start + "Z"), datetime.fromisoformat(end + "Z"), filters
+        VIEW_BY_NAME[view],
+        datetime.fromisoformat(start + "Z"),
+        datetime.fromisoformat(end + "Z"),
+        filters,
     )
     assert reads_on_event_loop(query) is on_loop
 
@@ -354,7 +358,7 @@ def test_a_versions_rows_come_in_key_order_without_a_sort(tmp_path: Path, thread
 
     def read(start: datetime, end: datetime, booth: str | None, limit: int | None) -> list[Any]:
         filters = {"booth_id": booth} if booth else {}
-        query = ViewQuery("booth_stats", start.replace(tzinfo=UTC), end.replace(tzinfo=UTC),
+        query = ViewQuery(BOOTH_STATS, start.replace(tzinfo=UTC), end.replace(tzinfo=UTC),
                           filters, limit)  # fmt: skip
         return [(row["booth_id"], row["window_start"])
                 for row in json.loads(encoded_rows(query, batch, speed).json)]  # fmt: skip

@@ -7,23 +7,31 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from shared.settings import Settings, SettingsError, duration_label, get_settings, parse_duration
+from shared.settings import (
+    Settings,
+    SettingsError,
+    duration_label,
+    get_settings,
+    parse_duration,
+    read_settings,
+)
 
 
 def test_defaults_are_those_of_the_design() -> None:
-    settings = Settings()
+    settings = read_settings()
+    assert settings == Settings()
     assert settings.state_dir == Path.cwd() / ".lambdaline"
-    assert settings.kafka_bootstrap == "127.0.0.1:9092"
-    assert settings.window == timedelta(minutes=5)
-    assert settings.max_trip == timedelta(hours=1)
-    assert settings.watermark == timedelta(minutes=2)
-    assert settings.max_future_skew == timedelta(hours=1)
-    assert settings.kafka_partitions == 2
+    assert settings.kafka.bootstrap == "127.0.0.1:9092"
+    assert settings.views.window == timedelta(minutes=5)
+    assert settings.views.max_trip == timedelta(hours=1)
+    assert settings.views.watermark == timedelta(minutes=2)
+    assert settings.views.max_future_skew == timedelta(hours=1)
+    assert settings.kafka.partitions == 2
     assert settings.topics.entries == "toll.entries"
     assert settings.topics.dead_letters == "dead.letters"
-    assert settings.api_keys == []
-    assert settings.speed_trigger == timedelta(seconds=1)
-    assert settings.speed_lookup_trigger == timedelta(seconds=10)
+    assert settings.serving.api_keys == []
+    assert settings.speed.trigger == timedelta(seconds=1)
+    assert settings.speed.lookup_trigger == timedelta(seconds=10)
 
 
 def test_environment_overrides_with_the_names_the_design_fixes(
@@ -34,11 +42,11 @@ def test_environment_overrides_with_the_names_the_design_fixes(
     monkeypatch.setenv("LAMBDALINE_API_KEYS", "alpha, beta,,gamma")
     monkeypatch.setenv("LAMBDALINE_WINDOW", "90s")
     monkeypatch.setenv("LAMBDALINE_TOPICS__ENTRIES", "test.entries")
-    settings = Settings()
+    settings = read_settings()
     assert settings.state_dir == tmp_path
-    assert (settings.bootstrap_host, settings.bootstrap_port) == ("localhost", 19092)
-    assert settings.api_keys == ["alpha", "beta", "gamma"]
-    assert settings.window == timedelta(seconds=90)
+    assert (settings.kafka.bootstrap_host, settings.kafka.bootstrap_port) == ("localhost", 19092)
+    assert settings.serving.api_keys == ["alpha", "beta", "gamma"]
+    assert settings.views.window == timedelta(seconds=90)
     assert settings.topics.entries == "test.entries"
 
 
@@ -49,9 +57,9 @@ def test_toml_file_is_read_and_environment_wins(
     config.write_text('watermark = "30s"\nmax_trip = "2h"\n[topics]\nexits = "x.exits"\n')
     monkeypatch.setenv("LAMBDALINE_CONFIG", str(config))
     monkeypatch.setenv("LAMBDALINE_MAX_TRIP", "45m")
-    settings = Settings()
-    assert settings.watermark == timedelta(seconds=30)
-    assert settings.max_trip == timedelta(minutes=45)
+    settings = read_settings()
+    assert settings.views.watermark == timedelta(seconds=30)
+    assert settings.views.max_trip == timedelta(minutes=45)
     assert settings.topics.exits == "x.exits"
 
 
@@ -118,7 +126,7 @@ def test_known_names_in_any_case_and_the_variables_read_elsewhere_are_accepted(
     monkeypatch.setenv("LAMBDALINE_FAILPOINT", "before-rename")
     monkeypatch.setenv("LAMBDALINE_CONFIG", str(config))
     settings = get_settings()
-    assert settings.watermark == timedelta(seconds=30)
+    assert settings.views.watermark == timedelta(seconds=30)
     assert settings.topics.exits == "x.exits"
 
 
@@ -145,7 +153,7 @@ def test_a_file_where_a_directory_setting_points_is_named(tmp_path: Path) -> Non
         ValidationError, match=f"{re.escape(str(in_the_way))} exists and is not a directory"
     ):
         Settings(state_dir=in_the_way)
-    with pytest.raises(ValidationError, match="batch_store_dir"):
+    with pytest.raises(ValidationError, match=r"batch\.store_dir"):
         Settings(state_dir=tmp_path, batch_store_dir=in_the_way)
 
 
@@ -174,7 +182,7 @@ def test_directories_are_made_absolute_where_the_settings_are_read(
 def test_a_window_must_divide_a_day() -> None:
     with pytest.raises(ValidationError, match="must divide a day evenly"):
         Settings(window="7m")
-    assert Settings(window="15m").window.total_seconds() == 900
+    assert Settings(window="15m").views.window.total_seconds() == 900
 
 
 @pytest.mark.parametrize(
@@ -207,7 +215,7 @@ def test_master_and_batch_store_default_under_the_state_dir(tmp_path: Path) -> N
 
 def test_extra_spark_conf_is_json_and_a_bad_value_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LAMBDALINE_SPARK_CONF", '{"spark.scheduler.mode": "FAIR"}')
-    assert get_settings().spark_conf == {"spark.scheduler.mode": "FAIR"}
+    assert get_settings().spark.conf == {"spark.scheduler.mode": "FAIR"}
     get_settings.cache_clear()
     monkeypatch.setenv("LAMBDALINE_SPARK_CONF", "FAIR")
     with pytest.raises(

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from shared.spark_session import DRIVER_LOG4J2
+from shared.platform.spark_session import DRIVER_LOG4J2
 
 
 def test_a_local_driver_keeps_its_scratch_under_the_state_dir(

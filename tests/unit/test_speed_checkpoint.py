@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from shared.platform.topic_ids import TopicsRecreatedError, recreated
 from shared.settings import Settings
-from shared.topic_ids import TopicsRecreatedError, recreated
 from speed_layer.checkpoint import (
     CheckpointError,
     checkpoint_dir,
@@ -44,7 +44,7 @@ def test_a_checkpoint_made_with_other_view_settings_is_refused_until_they_are_se
 ) -> None:
     claim_checkpoint(Settings(state_dir=tmp_path))
     with pytest.raises(CheckpointError) as refused:
-        claim_checkpoint(Settings(state_dir=tmp_path).model_copy(update=change))
+        claim_checkpoint(Settings(state_dir=tmp_path).updated(**change))
     message = str(refused.value)
     folder = tmp_path / "checkpoints" / "speed"
     assert message.startswith(

@@ -1,4 +1,4 @@
-"""The speed job drops duplicates exactly where the batch layer does (shared.views.COUNTED_INPUTS)."""
+"""The speed job drops duplicates exactly where the batch layer does (shared.domain.views.COUNTED_INPUTS)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from shared.events import EVENT_TYPES, EventType
-from shared.views import COUNTED_INPUTS
+from shared.domain.events import EVENT_TYPES, EventType
+from shared.domain.views import COUNTED_INPUTS
 from speed_layer.job import with_event_time
 
 

@@ -8,6 +8,7 @@ from decimal import Decimal
 
 from pyspark.sql import DataFrame, SparkSession
 
+from shared.domain.view_specs import VEHICLE_TRIPS
 from speed_layer.speed_store import speed_records
 
 
@@ -28,7 +29,7 @@ def compilations(spark: SparkSession) -> int:
 def test_a_record_holds_the_views_key_and_columns_and_the_batch_id_as_a_json_integer(
     spark: SparkSession,
 ) -> None:
-    [record] = speed_records("vehicle_trips", trips(spark), 7).collect()
+    [record] = speed_records(VEHICLE_TRIPS, trips(spark), 7).collect()
 
     assert json.loads(record.key) == {
         "booth_id": "B01",
@@ -50,10 +51,10 @@ def test_a_record_holds_the_views_key_and_columns_and_the_batch_id_as_a_json_int
 
 def test_a_new_batch_id_compiles_no_new_class(spark: SparkSession) -> None:
     rows = trips(spark)
-    speed_records("vehicle_trips", rows, 1).collect()  # compiles what the plan needs
+    speed_records(VEHICLE_TRIPS, rows, 1).collect()  # compiles what the plan needs
     before = compilations(spark)
 
-    [record] = speed_records("vehicle_trips", rows, 2).collect()
+    [record] = speed_records(VEHICLE_TRIPS, rows, 2).collect()
 
     assert json.loads(record.value)["batch_id"] == 2
     assert compilations(spark) == before

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from py4j.protocol import Py4JJavaError
 
-from shared.streaming import (
+from shared.platform.streaming import (
     BRIEF_ERROR_CHARS,
     MicroBatchError,
     MicroBatchFunction,

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from shared.streaming import (
+from shared.platform.streaming import (
     KafkaDataLossError,
     QueryFailedError,
     innermost_cause,
@@ -83,9 +83,9 @@ BROKER_GONE = """\
 [FOREACH_BATCH_USER_FUNCTION_ERROR] An error occurred in the user provided function in foreach \
 batch sink. Reason: An exception was raised by the Python Proxy. Return Message: Traceback (most \
 recent call last):
-  File "/work/main/shared/streaming.py", line 141, in call
+  File "/work/main/shared/platform/streaming.py", line 141, in call
     raise MicroBatchError(f"micro-batch {batch_id} failed: {kind}: {message}") from None
-shared.streaming.MicroBatchError: micro-batch 17 failed: py4j.protocol.Py4JJavaError: An error \
+shared.platform.streaming.MicroBatchError: micro-batch 17 failed: py4j.protocol.Py4JJavaError: An error \
 occurred while calling o6059.save.
 : org.apache.spark.SparkException: Job aborted due to stage failure: Task 1 in stage 82.0 failed \
 1 times, most recent failure: Lost task 1.0 in stage 82.0 (TID 177) (192.0.2.2 executor driver): \

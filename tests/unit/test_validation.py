@@ -14,12 +14,11 @@ from typing import Any
 
 import pytest
 from pyspark.sql import DataFrame, Row, SparkSession
-from pyspark.sql import types as T
 from pyspark.testing import assertDataFrameEqual
 
-from shared.events import TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION, EventType
-from shared.settings import TopicSettings
-from shared.validation import (
+from shared.domain.events import TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION, EventType
+from shared.domain.topics import Topics
+from shared.domain.validation import (
     DEAD_LETTER_SCHEMA,
     DecodedRecords,
     _shape_pattern,
@@ -28,19 +27,10 @@ from shared.validation import (
     decode_records,
     split_classified,
 )
+from tests.scenarios import RAW_SCHEMA
 
 SENT = datetime(2026, 1, 5, 6, 0, 0, tzinfo=UTC)
-TOPICS = TopicSettings()
-RAW_SCHEMA = T.StructType(
-    [
-        T.StructField("key", T.BinaryType()),
-        T.StructField("value", T.BinaryType()),
-        T.StructField("topic", T.StringType()),
-        T.StructField("partition", T.IntegerType()),
-        T.StructField("offset", T.LongType()),
-        T.StructField("timestamp", T.TimestampType()),
-    ]
-)
+TOPICS = Topics()
 
 ENTRY: dict[str, Any] = {
     "event_id": "e-1",

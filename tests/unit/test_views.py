@@ -1,7 +1,7 @@
 """The view functions on static DataFrames: the batch layer's definition of truth.
 
-One small day at two booths, with the edge cases written out; every expected
-row below was worked out by hand from the events listed here.
+One small day at two booths (``tests.scenarios.OneDay``, whose comments name
+each edge case); every expected row below was worked out by hand from its events.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import types as T
 from pyspark.testing import assertDataFrameEqual
 
-from shared.events import TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION, EventType
-from shared.views import (
+from shared.domain.events import TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION, EventType
+from shared.domain.views import (
     all_views,
     booth_stats,
     diagnostics,
@@ -23,6 +23,7 @@ from shared.views import (
     vehicle_trips,
     without_duplicates,
 )
+from tests.scenarios import OneDay, Record, as_event, entry
 
 WINDOW = timedelta(minutes=5)
 MAX_TRIP = timedelta(hours=1)
@@ -41,17 +42,15 @@ def at(hhmmss: str, day: int = 5) -> datetime:
     return datetime(2026, 1, day, hours, minutes, seconds)
 
 
-def events(spark: SparkSession, event_type: EventType, rows: list[tuple[object, ...]]) -> DataFrame:
-    """Validated events: the event type's fields, then source coordinates (offset = row number)."""
+def events(spark: SparkSession, event_type: EventType, records: list[Record]) -> DataFrame:
+    """The records' events as validation yields them: the event type's fields, then
+    source coordinates (offset = the record's position)."""
     schema = T.StructType(event_type.spark_schema.fields + SOURCE.fields)
     sourced = [
-        (*row, event_type.name, 0, offset, at("00:00:00")) for offset, row in enumerate(rows)
+        (*as_event(record, event_type), event_type.name, 0, offset, at("00:00:00"))
+        for offset, record in enumerate(records)
     ]
     return spark.createDataFrame(sourced, schema)
-
-
-def entry(event_id: str, booth: str, plate: str, time: datetime, toll: str) -> tuple[object, ...]:
-    return (event_id, booth, time, plate, "NY", "Ford", "F-150", 1, 1500.0, Decimal(toll), "")
 
 
 @pytest.fixture(scope="module")
@@ -60,14 +59,8 @@ def entries(spark: SparkSession) -> DataFrame:
         events(
             spark,
             TOLL_ENTRY,
-            [
-                entry("e1", "b1", "P1", at("10:00:10"), "2.50"),
-                entry("e2", "b1", "P2", at("10:03:00"), "4.00"),
-                entry("e3", "b1", "P3", at("10:05:00"), "5.75"),  # first instant of next window
-                entry("e4", "b2", "P1", at("10:01:00"), "7.25"),
-                entry("e1", "b1", "P1", at("10:00:10"), "2.50"),  # duplicate of e1
-                entry("e5", "b1", "P4", at("23:58:00"), "2.50"),  # exits after midnight
-            ],
+            # e1 twice: a duplicate
+            [OneDay.E1, OneDay.E2, OneDay.E3, OneDay.E4, OneDay.E1, OneDay.E5],
         )
     )
 
@@ -78,15 +71,8 @@ def exits(spark: SparkSession) -> DataFrame:
         events(
             spark,
             TOLL_EXIT,
-            [
-                ("x1", "b1", at("10:12:00"), "P1"),  # e1's earliest exit: 710 s
-                ("x1b", "b1", at("10:20:00"), "P1"),  # a later exit of the same vehicle
-                ("x2", "b1", at("11:04:00"), "P2"),  # 61 min after e2: beyond max_trip
-                ("x3", "b1", at("10:04:59"), "P3"),  # before e3 entered: no match
-                ("x4", "b2", at("10:31:00"), "P1"),  # e4: 1800 s
-                ("x5", "b1", at("00:10:00", day=6), "P4"),  # e5, next day: 720 s
-                ("x4", "b2", at("10:31:00"), "P1"),  # duplicate of x4
-            ],
+            # x4 twice: a duplicate
+            [OneDay.X1, OneDay.X1B, OneDay.X2, OneDay.X3, OneDay.X4, OneDay.X5, OneDay.X4],
         )
     )
 
@@ -97,13 +83,7 @@ def registrations(spark: SparkSession) -> DataFrame:
         events(
             spark,
             VEHICLE_REGISTRATION,
-            [
-                ("r1", "R1", "P1", False, datetime(2025, 12, 20, 9, 0, 0)),
-                ("r1b", "R1b", "P1", True, at("10:00:30")),  # after e1, before e4
-                ("r2", "R2", "P2", True, datetime(2025, 12, 1, 0, 0, 0)),
-                ("r4", "R4", "P4", False, datetime(2026, 1, 2, 0, 0, 0)),
-                # P3 is never registered
-            ],
+            [OneDay.R1, OneDay.R1B, OneDay.R2, OneDay.R4],
         )
     )
 
@@ -195,9 +175,9 @@ def test_all_views_count_entries_of_one_key_row_by_row(
             spark,
             TOLL_ENTRY,
             [
-                entry("t1", "b2", "P9", at("12:00:00"), "1.00"),
-                entry("t2", "b2", "P9", at("12:00:00"), "1.00"),
-                entry("t1", "b2", "P9", at("12:00:00"), "1.00"),  # a copy of t1
+                entry("t1", "b2", "P9", "2026-01-05T12:00:00.000Z", "1.00"),
+                entry("t2", "b2", "P9", "2026-01-05T12:00:00.000Z", "1.00"),
+                entry("t1", "b2", "P9", "2026-01-05T12:00:00.000Z", "1.00"),  # a copy of t1
             ],
         )
     )

@@ -5,22 +5,13 @@ the whole master dataset, and the speed layer wires the same functions between
 its sources (with watermarks) and its sinks. Sizes (window, max trip) are
 arguments, taken from settings by the caller, never written here.
 
-Inputs are validated events as :func:`shared.validation.decode_records` yields
+Inputs are validated events as :func:`shared.domain.validation.decode_records` yields
 them (event fields plus ``source_*`` columns). Duplicates (same ``event_id``)
 are removed by :func:`without_duplicates` before any view counts them
 (:data:`COUNTED_INPUTS`: only entries are counted).
 
-Output columns, named as in DESIGN.md:
-
-``booth_stats``
-    booth_id, window_start, window_end, vehicle_count, total_toll,
-    first_entry_time, last_entry_time
-``vehicle_trips``
-    booth_id, license_plate, entry_time, exit_time, duration_seconds
-``expired_registrations``
-    booth_id, license_plate, entry_time, registration_id
-``diagnostics``
-    booth_id, window_start, reason, count
+Each view's output columns are those its spec declares
+(:mod:`shared.domain.view_specs`), in that order; a unit test holds them to it.
 """
 
 from __future__ import annotations
@@ -46,15 +37,6 @@ would serialize every cached column batch again; ``_DESER`` is what Scala's
 class DiagnosticReason(StrEnum):
     MISSING_EXIT = "missing_exit"
     MISSING_REGISTRATION = "missing_registration"
-
-
-VIEW_KEYS: dict[str, tuple[str, ...]] = {
-    "booth_stats": ("booth_id", "window_start"),
-    "vehicle_trips": ("booth_id", "license_plate", "entry_time"),
-    "expired_registrations": ("booth_id", "license_plate", "entry_time"),
-    "diagnostics": ("booth_id", "window_start", "reason"),
-}
-"""Each view's key columns, in DESIGN.md order; the speed store keys its records by them."""
 
 
 def _seconds(duration: timedelta) -> str:
@@ -333,7 +315,7 @@ def all_views(
     window: timedelta,
     max_trip: timedelta,
 ) -> dict[str, DataFrame]:
-    """Every view of DESIGN.md over static, deduplicated events: the definition of truth.
+    """Every view over static, deduplicated events: the definition of truth.
 
     Two intermediate results feed two views each, so they are computed once and
     persisted (``spark.catalog.clearCache()`` or ``unpersist`` releases them):

@@ -1,5 +1,6 @@
 """Kafka security: the one place the ``kafka_security_*``, ``kafka_sasl_*`` and
-``kafka_ssl_*`` settings become client configuration.
+``kafka_ssl_*`` settings (:class:`shared.settings.KafkaSettings`) become client
+configuration.
 
 Three kinds of client reach the cluster, each with its own names for the same
 things: kafka-python (lambdaline's admin client, consumers and producers), the
@@ -12,7 +13,7 @@ Spark's Kafka clients run in the executors. A file named in an option would have
 to exist at that path on every executor; so the CA certificates travel inside the
 options, as PEM text (Kafka's ``ssl.truststore.certificates``), the password
 inside the JAAS line, and a client certificate's key as unencrypted PKCS#8 text
-(``shared.pem`` says why). Spark does not redact these everywhere: a streaming
+(``shared.platform.pem`` says why). Spark does not redact these everywhere: a streaming
 DataFrame's parsed plan, before it starts, lists it as it is (docs/architecture.md).
 """
 
@@ -22,7 +23,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from shared.settings import Settings
+from shared.settings import KafkaSettings, environment_name
 
 LOGIN_MODULES = {
     "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
@@ -48,65 +49,65 @@ def jaas_config(mechanism: str, options: dict[str, str]) -> str:
     return f"{LOGIN_MODULES[mechanism]} required {pairs};"
 
 
-def client_jaas_config(settings: Settings) -> str:
+def client_jaas_config(kafka: KafkaSettings) -> str:
     """The JAAS line a Java client logs in with (settings must use SASL)."""
-    password = settings.kafka_sasl_password
-    assert settings.kafka_sasl_username is not None and password is not None  # see Settings
+    password = kafka.sasl_password
+    assert kafka.sasl_username is not None and password is not None  # see Settings
     return jaas_config(
-        settings.kafka_sasl_mechanism,
-        {"username": settings.kafka_sasl_username, "password": password.get_secret_value()},
+        kafka.sasl_mechanism,
+        {"username": kafka.sasl_username, "password": password.get_secret_value()},
     )
 
 
-def python_client_configs(settings: Settings) -> dict[str, Any]:
+def python_client_configs(kafka: KafkaSettings) -> dict[str, Any]:
     """Security keyword arguments for any kafka-python client (admin, consumer, producer)."""
-    configs: dict[str, Any] = {"security_protocol": settings.kafka_security_protocol}
-    if settings.kafka_uses_sasl:
-        assert settings.kafka_sasl_password is not None  # see Settings
+    configs: dict[str, Any] = {"security_protocol": kafka.security_protocol}
+    if kafka.uses_sasl:
+        assert kafka.sasl_password is not None  # see Settings
         configs |= {
-            "sasl_mechanism": settings.kafka_sasl_mechanism,
-            "sasl_plain_username": settings.kafka_sasl_username,
-            "sasl_plain_password": settings.kafka_sasl_password.get_secret_value(),
+            "sasl_mechanism": kafka.sasl_mechanism,
+            "sasl_plain_username": kafka.sasl_username,
+            "sasl_plain_password": kafka.sasl_password.get_secret_value(),
         }
-    if settings.kafka_uses_tls and settings.kafka_ssl_cafile is not None:
-        configs["ssl_cafile"] = str(settings.kafka_ssl_cafile)
-    if settings.kafka_uses_tls and settings.kafka_ssl_certfile is not None:
-        password = settings.kafka_ssl_key_password
+    if kafka.uses_tls and kafka.ssl_cafile is not None:
+        configs["ssl_cafile"] = str(kafka.ssl_cafile)
+    if kafka.uses_tls and kafka.ssl_certfile is not None:
+        password = kafka.ssl_key_password
         configs |= {
-            "ssl_certfile": str(settings.kafka_ssl_certfile),
-            "ssl_keyfile": str(settings.kafka_ssl_keyfile),
+            "ssl_certfile": str(kafka.ssl_certfile),
+            "ssl_keyfile": str(kafka.ssl_keyfile),
             "ssl_password": password.get_secret_value() if password else None,
         }
     return configs
 
 
-def spark_kafka_options(settings: Settings) -> dict[str, str]:
+def spark_kafka_options(kafka: KafkaSettings) -> dict[str, str]:
     """Spark Kafka source and sink options that reach the cluster: servers and security."""
     options = {
-        "kafka.bootstrap.servers": settings.kafka_bootstrap,
-        "kafka.security.protocol": settings.kafka_security_protocol,
+        "kafka.bootstrap.servers": kafka.bootstrap,
+        "kafka.security.protocol": kafka.security_protocol,
     }
-    if settings.kafka_uses_sasl:
-        options["kafka.sasl.mechanism"] = settings.kafka_sasl_mechanism
-        options["kafka.sasl.jaas.config"] = client_jaas_config(settings)
-    if settings.kafka_uses_tls and settings.kafka_ssl_cafile is not None:
+    if kafka.uses_sasl:
+        options["kafka.sasl.mechanism"] = kafka.sasl_mechanism
+        options["kafka.sasl.jaas.config"] = client_jaas_config(kafka)
+    if kafka.uses_tls and kafka.ssl_cafile is not None:
         options["kafka.ssl.truststore.type"] = "PEM"
-        options["kafka.ssl.truststore.certificates"] = settings.kafka_ssl_cafile.read_text()
-    if settings.kafka_uses_tls and settings.kafka_ssl_certfile is not None:
-        from shared.pem import pkcs8_text  # here: cryptography takes ~0.1 s to import
+        options["kafka.ssl.truststore.certificates"] = kafka.ssl_cafile.read_text()
+    if kafka.uses_tls and kafka.ssl_certfile is not None:
+        from shared.platform.pem import pkcs8_text  # here: cryptography takes ~0.1 s to import
 
-        assert settings.kafka_ssl_keyfile is not None  # see Settings
-        password = settings.kafka_ssl_key_password
+        assert kafka.ssl_keyfile is not None  # see Settings
+        password = kafka.ssl_key_password
         options["kafka.ssl.keystore.type"] = "PEM"
-        options["kafka.ssl.keystore.certificate.chain"] = settings.kafka_ssl_certfile.read_text()
-        # as Java reads it on every JDK (shared.pem); it travels as the password would
+        options["kafka.ssl.keystore.certificate.chain"] = kafka.ssl_certfile.read_text()
+        # as Java reads it on every JDK (shared.platform.pem); it travels as the password would
         options["kafka.ssl.keystore.key"] = pkcs8_text(
-            settings.kafka_ssl_keyfile, password.get_secret_value() if password else None
+            kafka.ssl_keyfile, password.get_secret_value() if password else None
         )
     return options
 
 
-def security_environment(settings: Settings) -> dict[str, str]:
+def security_environment(kafka: KafkaSettings) -> dict[str, str]:
     """The ``LAMBDALINE_KAFKA_*`` security variables that give a child process these settings.
 
     All of them, an unset one as an empty variable (which unsets it), so a child
@@ -120,8 +121,7 @@ def security_environment(settings: Settings) -> dict[str, str]:
         return "" if value is None else str(value)
 
     names = (
-        "kafka_security_protocol", "kafka_sasl_mechanism", "kafka_sasl_username",
-        "kafka_sasl_password", "kafka_ssl_cafile", "kafka_ssl_certfile", "kafka_ssl_keyfile",
-        "kafka_ssl_key_password",
+        "security_protocol", "sasl_mechanism", "sasl_username", "sasl_password",
+        "ssl_cafile", "ssl_certfile", "ssl_keyfile", "ssl_key_password",
     )  # fmt: skip
-    return {f"LAMBDALINE_{name.upper()}": text(getattr(settings, name)) for name in names}
+    return {environment_name(kafka.flat_name(name)): text(getattr(kafka, name)) for name in names}

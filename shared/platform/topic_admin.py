@@ -2,20 +2,50 @@
 
 The command line creates them (`lambdaline topics create`); the speed layer's
 reset deletes its store's topics and creates them again empty.
+
+The input topics and ``dead.letters`` are plain append-only logs, kept for
+``input_retention`` (default: forever). Kafka ages records by their timestamps,
+which the generator sets to simulated time, and the batch layer's ingest reads
+these topics, so a short retention would silently lose history. The speed
+store's topics are compacted, keeping the latest row per view key, with
+``delete`` as well so a key the batch layer has long taken over ages out after
+``speed_retention``.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kafka.admin import NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
-from shared.kafka_admin import admin_client, partition_counts
-from shared.settings import Settings
-from shared.topics import TopicSpec, all_topics
+from shared.domain.view_specs import VIEW_NAMES
+from shared.platform.kafka_admin import admin_client, partition_counts
+from shared.settings import KafkaSettings, Settings
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    config: dict[str, str] = field(default_factory=dict)
+
+
+def all_topics(settings: Settings) -> list[TopicSpec]:
+    """The topics `lambdaline topics create` makes, in a stable order."""
+    topics, partitions = settings.topics, settings.kafka.partitions
+    retention_ms = str(int(settings.speed.retention.total_seconds() * 1000))
+    speed_config = {"cleanup.policy": "compact,delete", "retention.ms": retention_ms}
+    kept = settings.kafka.input_retention
+    input_config = {"retention.ms": "-1" if kept is None else str(int(kept.total_seconds() * 1000))}
+    specs = [TopicSpec(name, partitions, input_config) for name in topics.inputs()]
+    specs.append(TopicSpec(topics.dead_letters, partitions, input_config))
+    specs += [TopicSpec(topics.speed(view), partitions, speed_config) for view in VIEW_NAMES]
+    specs.append(TopicSpec(topics.speed_progress, 1, speed_config))
+    specs.append(TopicSpec(topics.diagnostic_entries, partitions, {"retention.ms": retention_ms}))
+    return specs
 
 
 @dataclass(frozen=True)
@@ -28,7 +58,7 @@ class TopicOutcome:
 
 def create_topics(settings: Settings) -> list[TopicOutcome]:
     """Create every topic that does not exist yet; existing topics are left as they are."""
-    admin = admin_client(settings, client_id="lambdaline-topics")
+    admin = admin_client(settings.kafka, client_id="lambdaline-topics")
     try:
         specs = all_topics(settings)
         existing = partition_counts(admin, [spec.name for spec in specs])
@@ -59,14 +89,14 @@ class TopicDeletionError(Exception):
     """Topics could not be deleted; the message names them and the cluster's answer."""
 
 
-def delete_topics(settings: Settings, topics: Collection[str]) -> list[str]:
+def delete_topics(kafka: KafkaSettings, topics: Collection[str]) -> list[str]:
     """Delete those of ``topics`` that exist and wait until the cluster no longer lists
     them (at most ``kafka_timeout``); returns the names deleted.
 
     Kafka deletes a topic's data in the background; a topic of the same name
     created afterwards is a new topic, with an id of its own and its offsets from 0.
     """
-    admin = admin_client(settings, client_id="lambdaline-topics")
+    admin = admin_client(kafka, client_id="lambdaline-topics")
     try:
         present = sorted(set(admin.list_topics()) & set(topics))
         if not present:
@@ -75,7 +105,7 @@ def delete_topics(settings: Settings, topics: Collection[str]) -> list[str]:
             answer = admin.delete_topics(present)
         except KafkaError as error:
             raise TopicDeletionError(
-                f"{settings.kafka_bootstrap} refused to delete {', '.join(present)}: {error}"
+                f"{kafka.bootstrap} refused to delete {', '.join(present)}: {error}"
             ) from None
         failed = [
             f"{topic['name']} ({topic.get('error_message') or topic['error_code']})"
@@ -84,15 +114,15 @@ def delete_topics(settings: Settings, topics: Collection[str]) -> list[str]:
         ]
         if failed:
             raise TopicDeletionError(
-                f"{settings.kafka_bootstrap} did not delete {', '.join(failed)} (is "
+                f"{kafka.bootstrap} did not delete {', '.join(failed)} (is "
                 "delete.topic.enable off on the brokers, or is the user not allowed to?)"
             )
-        deadline = time.monotonic() + settings.kafka_timeout.total_seconds()
+        deadline = time.monotonic() + kafka.timeout.total_seconds()
         while left := sorted(set(admin.list_topics()) & set(present)):
             if time.monotonic() > deadline:
                 raise TopicDeletionError(
-                    f"{settings.kafka_bootstrap} still lists {', '.join(left)} "
-                    f"{settings.kafka_timeout.total_seconds():g} s after deleting them"
+                    f"{kafka.bootstrap} still lists {', '.join(left)} "
+                    f"{kafka.timeout.total_seconds():g} s after deleting them"
                 )
             time.sleep(0.2)
         return present

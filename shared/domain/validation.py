@@ -42,8 +42,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from shared.events import EVENT_TYPES, EventField, EventType, FieldKind
-from shared.settings import TopicSettings
+from shared.domain.events import EVENT_TYPES, EventField, EventType, FieldKind
+from shared.domain.topics import Topics
 
 
 class DeadLetterReason(StrEnum):
@@ -180,7 +180,7 @@ def _shape_pattern(event_type: EventType) -> str:
     Variant objects list their fields sorted by name, so the pattern names the event
     type's fields in that order. Before each one, other fields are skipped by a
     possessive loop that stops at that field's name: no backtracking, so matching
-    is linear in the string (a greedy loop cost ~11 us per entry record).
+    is linear in the string (a greedy loop costs ~11 us per entry record).
     """
     fields = sorted(event_type.fields, key=lambda field: field.name.encode())  # variant order
     known = ", ".join(
@@ -225,14 +225,14 @@ def _event_time(event_type: EventType) -> Column:
 
 
 def _by_topic(
-    topics: TopicSettings,
+    topics: Topics,
     event_types: tuple[EventType, ...],
     rule: Callable[[EventType], Column],
     other: Column,
 ) -> Column:
     """``rule`` of the record's event type, chosen by its topic; ``other`` for other topics."""
     for event_type in event_types:
-        of_type = F.col("topic") == event_type.topic(topics)
+        of_type = F.col("topic") == topics.of(event_type)
         other = F.when(of_type, rule(event_type)).otherwise(other)
     return other
 
@@ -246,7 +246,7 @@ _LOOKUPS = (
 
 def classify_records(
     raw: DataFrame,
-    topics: TopicSettings,
+    topics: Topics,
     max_future_skew: timedelta,
     fast_path: bool = True,
     event_types: tuple[EventType, ...] = EVENT_TYPES,
@@ -276,7 +276,7 @@ def classify_records(
     )
     no_time = F.lit(None).cast(T.TimestampType())
     event_time = _by_topic(topics, event_types, _event_time, no_time)
-    known_topic = F.col("topic").isin([event_type.topic(topics) for event_type in event_types])
+    known_topic = F.col("topic").isin([topics.of(event_type) for event_type in event_types])
     checked = _computed_once(typed, _failures=failures, _event_time=event_time)
 
     latest_allowed = F.col("timestamp") + F.make_dt_interval(
@@ -312,7 +312,7 @@ def classify_records(
 
 def split_classified(
     classified: DataFrame,
-    topics: TopicSettings,
+    topics: Topics,
     keep_raw: bool = False,
     event_types: tuple[EventType, ...] = EVENT_TYPES,
 ) -> DecodedRecords:
@@ -326,7 +326,7 @@ def split_classified(
     ]
     valid = classified.where(F.col("_reason").isNull())
     events = {
-        event_type.name: valid.where(F.col("topic") == event_type.topic(topics)).select(
+        event_type.name: valid.where(F.col("topic") == topics.of(event_type)).select(
             *[_typed_value(field) for field in event_type.fields],
             *source,
             *([F.col("key"), F.col("value")] if keep_raw else []),
@@ -345,7 +345,7 @@ def split_classified(
 
 def decode_records(
     raw: DataFrame,
-    topics: TopicSettings,
+    topics: Topics,
     max_future_skew: timedelta,
     keep_raw: bool = False,
     event_types: tuple[EventType, ...] = EVENT_TYPES,
@@ -370,7 +370,7 @@ def decode_records(
 
 def decode_each_topic(
     raw: DataFrame,
-    topics: TopicSettings,
+    topics: Topics,
     max_future_skew: timedelta,
     event_types: tuple[EventType, ...] = EVENT_TYPES,
 ) -> DecodedRecords:
@@ -388,7 +388,7 @@ def decode_each_topic(
     every_rule = decode_records(raw, topics, max_future_skew, event_types=event_types)
     events = {
         event_type.name: decode_records(
-            raw.where(F.col("topic") == event_type.topic(topics)),
+            raw.where(F.col("topic") == topics.of(event_type)),
             topics,
             max_future_skew,
             event_types=(event_type,),

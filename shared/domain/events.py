@@ -5,7 +5,7 @@ Python type (used by the generator and tests), the Spark schema (used by both
 layers after validation), the JSON encoding on Kafka, and the field rules that
 validation enforces. Adding a field means adding it here and nowhere else.
 
-Wire format (DESIGN.md): JSON objects in UTF-8; times are ISO-8601 UTC strings
+Wire format (docs/architecture.md): JSON objects in UTF-8; times are ISO-8601 UTC strings
 with milliseconds (``2026-11-22T08:15:00.250Z``); ``toll`` is a JSON number with
 at most two decimal places; ``vehicle_type`` is a JSON integer.
 """
@@ -24,8 +24,6 @@ from enum import StrEnum
 from typing import Any, NewType
 
 from pyspark.sql import types as T
-
-from shared.settings import TopicSettings
 
 EventId = NewType("EventId", str)
 BoothId = NewType("BoothId", str)
@@ -134,7 +132,7 @@ class EventType:
 
     name: str
     python_type: type[Event]
-    topic_setting: str  # attribute of TopicSettings naming the topic
+    topic_role: str  # the field of shared.domain.topics.Topics that names its topic
     key_field: str
     time_field: str
 
@@ -152,9 +150,6 @@ class EventType:
         return T.StructType(
             [T.StructField(field.name, field.spark_type, nullable=False) for field in self.fields]
         )
-
-    def topic(self, topics: TopicSettings) -> str:
-        return str(getattr(topics, self.topic_setting))
 
 
 TOLL_ENTRY = EventType("toll_entry", TollEntry, "entries", "license_plate", "entry_time")

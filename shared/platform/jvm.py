@@ -21,8 +21,6 @@ import xml.etree.ElementTree as ET
 from enum import StrEnum
 from pathlib import Path
 
-from shared.settings import Settings
-
 POM_PATH = Path(__file__).with_name("pom.xml")
 _POM_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
 _UNREACHABLE_HINTS = (
@@ -77,14 +75,15 @@ def pom_properties(pom: Path = POM_PATH) -> dict[str, str]:
     return {child.tag.split("}")[1]: (child.text or "").strip() for child in properties}
 
 
-def jar_dir(settings: Settings, profile: JvmProfile, pom: Path = POM_PATH) -> Path:
+def jar_dir(cache_dir: Path, profile: JvmProfile, pom: Path = POM_PATH) -> Path:
+    """Where one profile's jars are cached (``jvm_cache_dir``), by the pom's contents."""
     digest = hashlib.sha256(pom.read_bytes()).hexdigest()[:12]
-    return settings.jvm_cache_dir / f"{profile.value}-{digest}"
+    return cache_dir / f"{profile.value}-{digest}"
 
 
-def resolve_jars(settings: Settings, profile: JvmProfile, pom: Path = POM_PATH) -> list[Path]:
+def resolve_jars(cache_dir: Path, profile: JvmProfile, pom: Path = POM_PATH) -> list[Path]:
     """The jars of one profile, resolving them with Maven first if they are not cached."""
-    target = jar_dir(settings, profile, pom)
+    target = jar_dir(cache_dir, profile, pom)
     if not target.is_dir():
         _run_maven(profile, pom, target)
     jars = sorted(target.glob("*.jar"))
@@ -125,7 +124,7 @@ def _run_maven(profile: JvmProfile, pom: Path, target: Path) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def spark_kafka_jars(settings: Settings) -> list[Path]:
+def spark_kafka_jars(cache_dir: Path) -> list[Path]:
     """Connector jars to add to Spark: those pyspark does not already ship."""
     import pyspark
 
@@ -134,7 +133,7 @@ def spark_kafka_jars(settings: Settings) -> list[Path]:
     }
     return [
         jar
-        for jar in resolve_jars(settings, JvmProfile.SPARK_KAFKA)
+        for jar in resolve_jars(cache_dir, JvmProfile.SPARK_KAFKA)
         if _artifact_name(jar) not in shipped
     ]
 

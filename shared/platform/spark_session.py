@@ -21,7 +21,7 @@ Spark deletes them when it stops, and what a killed run leaves goes with the
 state directory (``make clean``; a test's temporary directory). Set
 ``spark.local.dir`` in ``spark_conf``, or ``SPARK_LOCAL_DIRS``, to put it elsewhere.
 
-A local driver also logs as ``shared/spark-log4j2.properties`` says (Spark's
+A local driver also logs as ``shared/platform/spark-log4j2.properties`` says (Spark's
 defaults at WARN, without four warnings that ask nothing of
 the user), unless ``SPARK_SUBMIT_OPTS`` names a log4j2 file or ``SPARK_CONF_DIR``
 is set.
@@ -37,16 +37,17 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from shared.jvm import spark_kafka_jars
+from shared.platform.jvm import spark_kafka_jars
+from shared.platform.streaming import QUERY_STOP_TIMEOUT_S
 from shared.settings import Settings
-from shared.streaming import QUERY_STOP_TIMEOUT_S
 
 DRIVER_LOG4J2 = Path(__file__).with_name("spark-log4j2.properties")
 """A local driver's logging: Spark's defaults at WARN, less warnings that ask nothing."""
 
 
 STREAMING_CONF = {"spark.sql.streaming.stopTimeout": f"{QUERY_STOP_TIMEOUT_S * 1000}ms"}
-"""Both layers' streams: a query's stop() is bounded (``shared.streaming.QUERY_STOP_TIMEOUT_S``)."""
+"""Both layers' streams: a query's stop() is bounded
+(``shared.platform.streaming.QUERY_STOP_TIMEOUT_S``)."""
 
 
 def under_spark_submit() -> bool:
@@ -64,10 +65,10 @@ def spark_session(
     ``spark_conf`` setting overrides it key by key.
     """
     builder = SparkSession.builder.appName(app_name)
-    config = {**STREAMING_CONF, **(extra_config or {}), **settings.spark_conf}
+    config = {**STREAMING_CONF, **(extra_config or {}), **settings.spark.conf}
     launch_environment: dict[str, str] = {}
     if not under_spark_submit():
-        if settings.spark_master.startswith("local"):
+        if settings.spark.master.startswith("local"):
             # Python UDF workers must run this interpreter (the project's venv), not
             # whatever `python3` is first on the PATH; pyspark reads only the
             # environment variable for that. A cluster sets its own.
@@ -77,11 +78,11 @@ def spark_session(
                 # loopback, not on the host's first interface (which Spark picks, with
                 # a warning on every start, when the host name resolves to loopback)
                 launch_environment["SPARK_LOCAL_IP"] = "127.0.0.1"
-        jars = ",".join(str(jar) for jar in spark_kafka_jars(settings))
+        jars = ",".join(str(jar) for jar in spark_kafka_jars(settings.jvm_cache_dir))
         builder = (
-            builder.master(settings.spark_master)
+            builder.master(settings.spark.master)
             .config("spark.jars", jars)
-            .config("spark.driver.memory", settings.spark_driver_memory)
+            .config("spark.driver.memory", settings.spark.driver_memory)
         )
         submit_options = os.environ.get("SPARK_SUBMIT_OPTS", "")
         driver_options = [submit_options]
@@ -103,7 +104,7 @@ def spark_session(
     sql_settings = {
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.session.timeZone": "UTC",
-        "spark.sql.shuffle.partitions": str(settings.spark_shuffle_partitions),
+        "spark.sql.shuffle.partitions": str(settings.spark.shuffle_partitions),
         # the master dataset's Parquet: standard microsecond timestamps, not legacy INT96
         "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     }

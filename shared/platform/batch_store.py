@@ -6,7 +6,7 @@ this module and nothing of each other. Layout under ``settings.batch_store``::
     CURRENT                      JSON pointer to the served version (see BatchVersion)
     versions/00000007.duckdb     one immutable DuckDB file per published version
 
-A version file holds one table per view (named and shaped as in DESIGN.md), the
+A version file holds one table per view (shaped by its spec, :class:`StoreTable.of`), the
 ``dead_letters`` table and ``lambdaline_version`` (one row: the version's own
 manifest, the same JSON as ``CURRENT`` holds when it is served). Times are
 DuckDB ``TIMESTAMP`` values in UTC. Rows are stored in key order, so the same
@@ -19,12 +19,23 @@ renamed over the old one), so a reader sees the old pointer or the new one.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
-from shared.events import format_instant, parse_instant
+from shared.domain.events import format_instant, parse_instant
+from shared.domain.view_specs import VIEWS, ColumnType, ViewSpec
+
+DUCKDB_TYPES: Mapping[ColumnType, str] = {
+    ColumnType.TEXT: "VARCHAR",
+    ColumnType.INSTANT: "TIMESTAMP",  # zone-less UTC
+    ColumnType.COUNT: "BIGINT",
+    ColumnType.MONEY: "DECIMAL(18,2)",
+    ColumnType.SECONDS: "DOUBLE",
+}
+"""Each view column type as both stores hold it."""
 
 
 @dataclass(frozen=True)
@@ -36,6 +47,14 @@ class StoreTable:
     key: tuple[str, ...]
     date_column: str
 
+    @classmethod
+    def of(cls, view: ViewSpec) -> StoreTable:
+        """A view's table: its columns, typed and never null, kept in its key order."""
+        columns = tuple(
+            (column.name, f"{DUCKDB_TYPES[column.type]} NOT NULL") for column in view.columns
+        )
+        return cls(view.name, columns, view.key, view.time_column)
+
     @property
     def column_names(self) -> tuple[str, ...]:
         return tuple(name for name, _ in self.columns)
@@ -45,72 +64,27 @@ class StoreTable:
         return f'CREATE TABLE "{self.name}" ({columns})'
 
 
-STORE_TABLES: tuple[StoreTable, ...] = (
-    StoreTable(
-        "booth_stats",
-        (
-            ("booth_id", "VARCHAR NOT NULL"),
-            ("window_start", "TIMESTAMP NOT NULL"),
-            ("window_end", "TIMESTAMP NOT NULL"),
-            ("vehicle_count", "BIGINT NOT NULL"),
-            ("total_toll", "DECIMAL(18,2) NOT NULL"),
-            ("first_entry_time", "TIMESTAMP NOT NULL"),
-            ("last_entry_time", "TIMESTAMP NOT NULL"),
-        ),
-        key=("booth_id", "window_start"),
-        date_column="window_start",
+DEAD_LETTERS_TABLE = StoreTable(
+    "dead_letters",
+    (
+        ("source_topic", "VARCHAR NOT NULL"),
+        ("source_partition", "INTEGER NOT NULL"),
+        ("source_offset", "BIGINT NOT NULL"),
+        ("source_timestamp", "TIMESTAMP NOT NULL"),
+        ("key", "BLOB"),
+        ("value", "BLOB"),
+        ("reason", "VARCHAR NOT NULL"),
+        ("detail", "VARCHAR NOT NULL"),
     ),
-    StoreTable(
-        "vehicle_trips",
-        (
-            ("booth_id", "VARCHAR NOT NULL"),
-            ("license_plate", "VARCHAR NOT NULL"),
-            ("entry_time", "TIMESTAMP NOT NULL"),
-            ("exit_time", "TIMESTAMP NOT NULL"),
-            ("duration_seconds", "DOUBLE NOT NULL"),
-        ),
-        key=("booth_id", "license_plate", "entry_time"),
-        date_column="entry_time",
-    ),
-    StoreTable(
-        "expired_registrations",
-        (
-            ("booth_id", "VARCHAR NOT NULL"),
-            ("license_plate", "VARCHAR NOT NULL"),
-            ("entry_time", "TIMESTAMP NOT NULL"),
-            ("registration_id", "VARCHAR NOT NULL"),
-        ),
-        key=("booth_id", "license_plate", "entry_time"),
-        date_column="entry_time",
-    ),
-    StoreTable(
-        "diagnostics",
-        (
-            ("booth_id", "VARCHAR NOT NULL"),
-            ("window_start", "TIMESTAMP NOT NULL"),
-            ("reason", "VARCHAR NOT NULL"),
-            ("count", "BIGINT NOT NULL"),
-        ),
-        key=("booth_id", "window_start", "reason"),
-        date_column="window_start",
-    ),
-    StoreTable(
-        "dead_letters",
-        (
-            ("source_topic", "VARCHAR NOT NULL"),
-            ("source_partition", "INTEGER NOT NULL"),
-            ("source_offset", "BIGINT NOT NULL"),
-            ("source_timestamp", "TIMESTAMP NOT NULL"),
-            ("key", "BLOB"),
-            ("value", "BLOB"),
-            ("reason", "VARCHAR NOT NULL"),
-            ("detail", "VARCHAR NOT NULL"),
-        ),
-        key=("source_topic", "source_partition", "source_offset"),
-        date_column="source_timestamp",
-    ),
+    key=("source_topic", "source_partition", "source_offset"),
+    date_column="source_timestamp",
 )
-"""Every table of a version file; the four views of DESIGN.md, then the dead letters."""
+
+STORE_TABLES: tuple[StoreTable, ...] = (
+    *(StoreTable.of(view) for view in VIEWS),
+    DEAD_LETTERS_TABLE,
+)
+"""Every table of a version file: the views', then the dead letters."""
 
 STORE_TABLE_BY_NAME = {table.name: table for table in STORE_TABLES}
 MANIFEST_TABLE = "lambdaline_version"
@@ -126,7 +100,7 @@ class BatchVersion:
     date before it. ``ingest_batch`` is the last master-dataset ingest batch the
     version has seen; records ingested after it mark their dates for recompute.
     ``view_settings`` are the settings its rows were computed under
-    (``Settings.view_settings``); None in versions published before 2026-11-25.
+    (``ViewSettings.labels``).
     """
 
     version: int
@@ -136,7 +110,7 @@ class BatchVersion:
     recomputed_dates: tuple[date, ...]
     row_counts: dict[str, int]
     ingest_batch: int | None
-    view_settings: dict[str, str] | None = None
+    view_settings: dict[str, str]
     path: str = field(default="")
 
     def __post_init__(self) -> None:
@@ -169,7 +143,9 @@ class BatchVersion:
             recomputed_dates=tuple(date.fromisoformat(day) for day in document["recomputed_dates"]),
             row_counts={str(name): int(count) for name, count in document["row_counts"].items()},
             ingest_batch=document["ingest_batch"],
-            view_settings=document.get("view_settings"),
+            view_settings={
+                str(name): str(text) for name, text in document["view_settings"].items()
+            },
         )
 
 

@@ -5,9 +5,9 @@ When a topic is deleted and created again, it notices only if the new topic's
 end offsets are below the checkpoint's (``failOnDataLoss``: "offset was changed
 from 5 to 1"). If the new topic has been given more records than the checkpoint
 read of the old one before the job starts again, Spark goes on from the old
-offsets and skips the new topic's records below them, without an error (tried
-on 2026-11-25: five entries read, the topics created again with eight, the next
-run counted the last three). Kafka gives each topic an id that a topic created
+offsets and skips the new topic's records below them, without an error (five
+entries read, the topics created again with eight: the next run counts the last
+three). Kafka gives each topic an id that a topic created
 again does not share (KIP-516), so each layer records the ids beside its
 checkpoint and refuses to start when one has changed (:func:`recreated`).
 """
@@ -20,8 +20,8 @@ from typing import NamedTuple
 
 from kafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 
-from shared.kafka_admin import admin_client, describe_present, unreachable
-from shared.settings import Settings
+from shared.platform.kafka_admin import admin_client, describe_present, unreachable
+from shared.settings import KafkaSettings
 
 FILE_NAME = "input_topic_ids.json"
 """The file beside (or in) a checkpoint that holds the ids of the topics it reads."""
@@ -37,19 +37,19 @@ class Recreated(NamedTuple):
     now: str
 
 
-def current(settings: Settings, topics: Collection[str]) -> dict[str, str]:
+def current(kafka: KafkaSettings, topics: Collection[str]) -> dict[str, str]:
     """The id of each of ``topics`` that exists and has one (a broker before 2.8 gives none).
 
     Raises KafkaUnreachableError if the cluster does not answer.
     """
     try:
-        admin = admin_client(settings, client_id="lambdaline-check")
+        admin = admin_client(kafka, client_id="lambdaline-check")
         try:
             described = describe_present(admin, topics)
         finally:
             admin.close()
     except (KafkaConnectionError, KafkaTimeoutError, KafkaError) as error:
-        raise unreachable(settings, error) from None
+        raise unreachable(kafka, error) from None
     return {name: str(facts.topic_id) for name, facts in described.items() if facts.topic_id}
 
 
@@ -84,8 +84,8 @@ def claim(recorded: str | None, now: Mapping[str, str], where: str, checkpoint: 
     it has none) against ``now``; return the text to record for a checkpoint without one.
 
     Raises ValueError for a record that cannot be read and :class:`TopicsRecreatedError`
-    (see :func:`require_same`) for a changed id. A checkpoint from before the ids
-    were recorded (2026-11-25) gets them now: it is taken to match.
+    (see :func:`require_same`) for a changed id. A checkpoint without a record is new:
+    it records the ids it starts with.
     """
     if recorded is None:
         return render(now)

@@ -1,13 +1,15 @@
 """The merge rule of the serving layer, written once as pure functions.
 
-For a query, rows whose time (``window_start`` or ``entry_time``) lies before
-the batch horizon H come from the batch store, rows at or after H from the
-speed store; speed rows below H are ignored (the batch layer has recomputed
-those times from all the data), and so are batch rows at or after H. With no
-batch version published yet (H is None) every row comes from the speed store.
+For a query, a view's rows come from the batch store below the batch horizon H
+and from the speed store from H on, as its spec's ``horizon`` rule says
+(:class:`shared.domain.view_specs.Horizon`): speed rows below H are ignored (the
+batch layer has recomputed those times from all the data), and so are batch
+rows at or after H. With no batch version published yet (H is None) every row
+comes from the speed store.
 
 Coarser granularities are rolled up from the merged base rows, after the
-merge: a bucket that takes rows of both sources is ``mixed``.
+merge, as the spec's ``roll_up`` says: a bucket that takes rows of both sources
+is ``mixed``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
+
+from shared.domain.view_specs import Aggregate, Horizon, ViewSpec
 
 Row = dict[str, Any]
 
@@ -45,16 +49,18 @@ def sources_for(start: datetime, end: datetime, horizon: datetime | None) -> tup
 
 
 def merge_at_horizon(
+    view: ViewSpec,
     batch_rows: Iterable[Mapping[str, Any]],
     speed_rows: Iterable[Mapping[str, Any]],
     horizon: datetime | str | None,
-    time_column: str,
 ) -> list[Row]:
     """Batch rows before the horizon plus speed rows from it, each tagged with its source.
 
     Times and horizon are datetimes, or ISO-8601 UTC strings of one fixed format
-    (``shared.events.format_instant``), which order exactly as their instants.
+    (``shared.domain.events.format_instant``), which order exactly as their instants.
     """
+    assert view.horizon is Horizon.TIME_BEFORE, view.horizon
+    time_column = view.time_column
     merged: list[Row] = []
     batch, speed = Source.BATCH.value, Source.SPEED.value  # looked up once, not per row
     if horizon is not None:
@@ -77,59 +83,41 @@ def bucket_start(moment: datetime, size: timedelta) -> datetime:
     return moment - (moment - epoch) % size
 
 
-class Aggregate(StrEnum):
-    """How a value column rolls up; the values are also DuckDB's names for them.
-
-    Each is associative and commutative, so a bucket can be rolled up in parts
-    (say, per store, in SQL) and the parts rolled up again: the result is the same.
-    """
-
-    SUM = "sum"
-    MIN = "min"
-    MAX = "max"
-
-
 _COMBINE: dict[Aggregate, Callable[[Any, Any], Any]] = {
     Aggregate.SUM: operator.add,
     Aggregate.MIN: min,
     Aggregate.MAX: max,
 }
 
-BOOTH_STATS_ROLL_UP: dict[str, Aggregate] = {
-    "vehicle_count": Aggregate.SUM,
-    "total_toll": Aggregate.SUM,
-    "first_entry_time": Aggregate.MIN,
-    "last_entry_time": Aggregate.MAX,
-}
-"""``booth_stats``' value columns and how each rolls up: counts and tolls add up,
-first/last entry times are the min/max. Buckets are per ``booth_id`` and
-size-aligned ``window_start`` (:func:`bucket_start`)."""
 
+def roll_up(view: ViewSpec, rows: Iterable[Mapping[str, Any]], size: timedelta) -> list[Row]:
+    """A view's merged rows rolled up to buckets of ``size``, in key order.
 
-def roll_up_booth_stats(rows: Iterable[Mapping[str, Any]], size: timedelta) -> list[Row]:
-    """Merged ``booth_stats`` rows rolled up to buckets of ``size`` per booth, in key order.
-
-    Values roll up as :data:`BOOTH_STATS_ROLL_UP` says; the source is that of
-    the rows taken, ``mixed`` where they differ. Rows that are themselves
-    rolled-up parts of buckets of ``size`` (each tagged with its store) roll up
-    to the same buckets as the rows they came from.
+    Buckets are per the key's other columns and the size-aligned bucket of the
+    roll-up's ``start`` (:func:`bucket_start`); values roll up by their
+    aggregates, and the source is that of the rows taken, ``mixed`` where they
+    differ. Rows that are themselves rolled-up parts of buckets of ``size``
+    (each tagged with its store) roll up to the same buckets as the rows they
+    came from.
     """
-    buckets: dict[tuple[str, datetime], Row] = {}
+    rule = view.roll_up
+    assert rule is not None, f"{view.name} does not roll up"
+    group = [name for name in view.key if name != rule.start]
+    combine = [(name, _COMBINE[aggregate]) for name, aggregate in rule.values.items()]
+    buckets: dict[tuple[Any, ...], Row] = {}
     for row in rows:
-        start = bucket_start(row["window_start"], size)
-        key = (row["booth_id"], start)
+        start = bucket_start(row[rule.start], size)
+        key = (*(row[name] for name in group), start)
         held = buckets.get(key)
         if held is None:
+            bucket = {rule.start: start, rule.end: start + size}
             buckets[key] = {
-                "booth_id": row["booth_id"],
-                "window_start": start,
-                "window_end": start + size,
-                **{column: row[column] for column in BOOTH_STATS_ROLL_UP},
+                **{name: bucket.get(name, row.get(name)) for name in view.column_names},
                 "source": row["source"],
             }
             continue
-        for column, aggregate in BOOTH_STATS_ROLL_UP.items():
-            held[column] = _COMBINE[aggregate](held[column], row[column])
+        for name, combined in combine:
+            held[name] = combined(held[name], row[name])
         if held["source"] != row["source"]:
             held["source"] = Source.MIXED.value
     return [buckets[key] for key in sorted(buckets)]

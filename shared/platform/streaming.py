@@ -29,9 +29,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.streaming.readwriter import DataStreamReader
 
-from shared.kafka_security import spark_kafka_options
-from shared.logs import log_event
-from shared.settings import Settings
+from shared.platform.kafka_security import spark_kafka_options
+from shared.platform.logs import log_event
+from shared.settings import KafkaSettings
 
 logger = logging.getLogger("lambdaline.streaming")
 
@@ -42,7 +42,7 @@ POLL_S = 1
 """How often a waiting main thread looks at the stop flag."""
 
 QUERY_STOP_TIMEOUT_S = 30
-"""``spark.sql.streaming.stopTimeout`` (``shared.spark_session`` sets it): a query's
+"""``spark.sql.streaming.stopTimeout`` (``shared.platform.spark_session`` sets it): a query's
 stop() waits for its stream thread, which closes the source's Kafka admin client,
 which waits for its calls to the broker. With the broker gone first, a speed job
 given SIGTERM was still running 4.5 minutes later (docs/architecture.md)."""
@@ -52,7 +52,7 @@ BRIEF_ERROR_CHARS = 1000
 
 
 def kafka_stream(
-    spark: SparkSession, settings: Settings, topics: Sequence[str]
+    spark: SparkSession, kafka: KafkaSettings, topics: Sequence[str]
 ) -> DataStreamReader:
     """Spark's Kafka source on ``topics``, from their earliest offsets; both layers read with it.
 
@@ -62,10 +62,10 @@ def kafka_stream(
     before it does: with the default, a speed job noticed a stopped broker only
     after three minutes.
     """
-    timeout_ms = str(int(settings.kafka_timeout.total_seconds() * 1000))
+    timeout_ms = str(int(kafka.timeout.total_seconds() * 1000))
     return (
         spark.readStream.format("kafka")
-        .options(**spark_kafka_options(settings))
+        .options(**spark_kafka_options(kafka))
         # Kafka refuses an API timeout shorter than a request's (30 s unless set)
         .option("kafka.default.api.timeout.ms", timeout_ms)
         .option("kafka.request.timeout.ms", timeout_ms)
@@ -114,11 +114,10 @@ def stop_requests(on_signal: Callable[[int], None] | None = None) -> Iterator[St
 def wait_for(queries: Sequence[StreamingQuery], request: StopRequest) -> bool:
     """Wait until every query has ended or one has failed (True), or a stop is requested (False).
 
-    One failed query ends the wait at once, whichever it is: the caller stops the
-    others and raises :func:`raise_if_failed`'s error. Before 2026-11-24 the speed
-    job waited on its queries one after the other (a failure of any but the first
-    went unnoticed while the first ran on), and awaitTermination's error ended it
-    with a Python traceback and the query's whole logical plan.
+    One failed query ends the wait at once, whichever it is, so that a failure
+    never goes unnoticed while another query runs on: the caller stops the others
+    and raises :func:`raise_if_failed`'s error, one line instead of a Python
+    traceback and the query's whole logical plan.
     """
     while True:
         active = [query for query in queries if query.isActive]

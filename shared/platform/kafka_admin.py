@@ -20,8 +20,8 @@ from typing import Any, NamedTuple
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 
-from shared.kafka_security import python_client_configs
-from shared.settings import Settings
+from shared.platform.kafka_security import python_client_configs
+from shared.settings import KafkaSettings
 
 
 class KafkaNotReadyError(Exception):
@@ -116,7 +116,7 @@ def bootstrap_reasons() -> Iterator[None]:
 
 
 def admin_client(
-    settings: Settings, client_id: str = "lambdaline", timeout_ms: int | None = None
+    kafka: KafkaSettings, client_id: str = "lambdaline", timeout_ms: int | None = None
 ) -> KafkaAdminClient:
     """An admin client for the configured cluster, failing fast if no bootstrap server listens.
 
@@ -124,34 +124,34 @@ def admin_client(
     then leaves its network thread running until its own timeouts pass; a refused
     connection is known at once, so it is checked first.
     """
-    if not any(port_open(host, port) for host, port in settings.bootstrap_servers):
-        raise KafkaConnectionError(f"nothing listens on {settings.kafka_bootstrap}")
+    if not any(port_open(host, port) for host, port in kafka.bootstrap_servers):
+        raise KafkaConnectionError(f"nothing listens on {kafka.bootstrap}")
     if timeout_ms is None:
-        timeout_ms = int(settings.kafka_timeout.total_seconds() * 1000)
+        timeout_ms = int(kafka.timeout.total_seconds() * 1000)
     with bootstrap_reasons():
         return KafkaAdminClient(
-            bootstrap_servers=settings.kafka_bootstrap,
+            bootstrap_servers=kafka.bootstrap,
             client_id=client_id,
             request_timeout_ms=timeout_ms,
             bootstrap_timeout_ms=timeout_ms,
-            **python_client_configs(settings),
+            **python_client_configs(kafka),
         )
 
 
-def unreachable(settings: Settings, error: Exception) -> KafkaUnreachableError:
+def unreachable(kafka: KafkaSettings, error: Exception) -> KafkaUnreachableError:
     """The error a command reports when the configured cluster does not answer.
 
     A failed attempt's own reason (:class:`KafkaBootstrapError`) decides what the
     message tells the user to do.
     """
     if isinstance(error, KafkaBootstrapError):
-        remedy = _remedy(settings, error.reason)
+        remedy = _remedy(kafka, error.reason)
     else:
         remedy = (
             "start the embedded broker with `lambdaline kafka start` or set "
             "LAMBDALINE_KAFKA_BOOTSTRAP"
         )
-    where = settings.kafka_bootstrap
+    where = kafka.bootstrap
     return KafkaUnreachableError(f"cannot reach Kafka at {where} ({error}); {remedy}")
 
 
@@ -160,20 +160,20 @@ def is_generic(reason: str) -> bool:
     return any(word in reason for word in BootstrapFailures.GENERIC)
 
 
-def _remedy(settings: Settings, reason: str) -> str:
-    protocol = f"kafka_security_protocol is {settings.kafka_security_protocol}"
+def _remedy(kafka: KafkaSettings, reason: str) -> str:
+    protocol = f"kafka_security_protocol is {kafka.security_protocol}"
     credentials = "check LAMBDALINE_KAFKA_SASL_USERNAME and LAMBDALINE_KAFKA_SASL_PASSWORD"
     if "SaslAuthenticationFailed" in reason:
         return credentials
-    if is_generic(reason) and settings.kafka_uses_sasl:
+    if is_generic(reason) and kafka.uses_sasl:
         # the refusal itself often does not reach kafka-python before the hang-up
         return (
             f"the broker hung up or did not answer, as it does when it refuses a login: "
-            f"{credentials}, and that its listener speaks {settings.kafka_security_protocol}"
+            f"{credentials}, and that its listener speaks {kafka.security_protocol}"
         )
     if "UnsupportedSaslMechanism" in reason:
         return (
-            f"the cluster does not offer kafka_sasl_mechanism {settings.kafka_sasl_mechanism}; "
+            f"the cluster does not offer kafka_sasl_mechanism {kafka.sasl_mechanism}; "
             "set LAMBDALINE_KAFKA_SASL_MECHANISM to one it does"
         )
     # the TLS alerts of a broker that wants a client certificate and got none, or one it
@@ -181,24 +181,24 @@ def _remedy(settings: Settings, reason: str) -> str:
     if re.search(
         r"CERTIFICATE_REQUIRED|ALERT_(?:BAD_CERTIFICATE|CERTIFICATE_UNKNOWN|UNKNOWN_CA)", reason
     ):
-        if settings.kafka_ssl_certfile is None:
+        if kafka.ssl_certfile is None:
             return (
                 "the cluster asks for a client certificate: set LAMBDALINE_KAFKA_SSL_CERTFILE "
                 "and LAMBDALINE_KAFKA_SSL_KEYFILE (none is set)"
             )
         return (
             "the cluster does not accept the client certificate in "
-            f"{settings.kafka_ssl_certfile}: check that its CA signed it"
+            f"{kafka.ssl_certfile}: check that its CA signed it"
         )
     if "CERTIFICATE_VERIFY_FAILED" in reason:
-        cafile = settings.kafka_ssl_cafile
+        cafile = kafka.ssl_cafile
         now = f"{cafile} does not hold it" if cafile else "none is set: the system's are used"
         return (
             "the broker's certificate is not signed by a CA the client trusts; set "
             f"LAMBDALINE_KAFKA_SSL_CAFILE to the CA's PEM file ({now})"
         )
     return (
-        f"{protocol}: check that the cluster's listener at {settings.kafka_bootstrap} speaks "
+        f"{protocol}: check that the cluster's listener at {kafka.bootstrap} speaks "
         "it (and LAMBDALINE_KAFKA_SASL_MECHANISM, with SASL)"
     )
 
@@ -241,44 +241,44 @@ def partition_counts(admin: KafkaAdminClient, topics: Collection[str]) -> dict[s
     return {name: facts.partitions for name, facts in describe_present(admin, topics).items()}
 
 
-def offset_bounds(settings: Settings, topics: Collection[str]) -> dict[tuple[str, int], Bounds]:
+def offset_bounds(kafka: KafkaSettings, topics: Collection[str]) -> dict[tuple[str, int], Bounds]:
     """Each partition of ``topics`` (all present): its earliest offset kept and its end offset.
 
     Raises KafkaUnreachableError if the cluster does not answer.
     """
     try:
-        consumer = kafka_consumer(settings, "lambdaline-check", group_id=None)
+        consumer = kafka_consumer(kafka, "lambdaline-check", group_id=None)
         try:
             partitions = [
                 TopicPartition(topic, number)
                 for topic in topics
                 for number in sorted(consumer.partitions_for_topic(topic) or ())
             ]
-            timeout_ms = int(settings.kafka_timeout.total_seconds() * 1000)
+            timeout_ms = int(kafka.timeout.total_seconds() * 1000)
             earliest = consumer.beginning_offsets(partitions, timeout_ms=timeout_ms)
             ends = consumer.end_offsets(partitions, timeout_ms=timeout_ms)
         finally:
             consumer.close()
     except (KafkaConnectionError, KafkaTimeoutError, KafkaError) as error:
-        raise unreachable(settings, error) from None
+        raise unreachable(kafka, error) from None
     return {
         (partition.topic, partition.partition): Bounds(earliest[partition], ends[partition])
         for partition in partitions
     }
 
 
-def records_written(settings: Settings, topics: Collection[str]) -> dict[str, int]:
+def records_written(kafka: KafkaSettings, topics: Collection[str]) -> dict[str, int]:
     """How many records each of ``topics`` (all present) was ever given: its partitions'
     end offsets, summed. Neither retention nor compaction lowers an end offset; only
     deleting the topic does."""
     written = dict.fromkeys(topics, 0)
-    for (topic, _), bounds in offset_bounds(settings, topics).items():
+    for (topic, _), bounds in offset_bounds(kafka, topics).items():
         written[topic] += bounds.end
     return written
 
 
 def require_kafka(
-    settings: Settings, topics: Collection[str] = (), min_partitions: int = 1
+    kafka: KafkaSettings, topics: Collection[str] = (), min_partitions: int = 1
 ) -> None:
     """Return if the cluster answers and holds ``topics``, each with at least
     ``min_partitions`` partitions; raise a KafkaNotReadyError if not.
@@ -289,32 +289,32 @@ def require_kafka(
     producer that picks partitions fails on one the topic does not have.
     """
     try:
-        admin = admin_client(settings, client_id="lambdaline-check")
+        admin = admin_client(kafka, client_id="lambdaline-check")
         try:
             admin.describe_cluster()
             counts = partition_counts(admin, topics)
         finally:
             admin.close()
     except (KafkaConnectionError, KafkaTimeoutError, KafkaError) as error:
-        raise unreachable(settings, error) from None
+        raise unreachable(kafka, error) from None
     if missing := sorted(set(topics) - set(counts)):
-        raise KafkaTopicsMissingError(settings.kafka_bootstrap, missing)
+        raise KafkaTopicsMissingError(kafka.bootstrap, missing)
     if short := sorted(f"{topic} ({n})" for topic, n in counts.items() if n < min_partitions):
         raise KafkaNotReadyError(
             f"topics with fewer than the {min_partitions} partitions the kafka_partitions "
-            f"setting asks for, on {settings.kafka_bootstrap}: {', '.join(short)}; set "
+            f"setting asks for, on {kafka.bootstrap}: {', '.join(short)}; set "
             "LAMBDALINE_KAFKA_PARTITIONS to their count, or add partitions to them"
         )
 
 
-def kafka_answers(settings: Settings) -> str:
+def kafka_answers(kafka: KafkaSettings) -> str:
     """ "" if the cluster answers now; else "; " and why not, to follow a job's error.
 
     A streaming query whose broker went away fails after its consumer's timeout
     with a Kafka TimeoutException; this says whether that is the reason.
     """
     try:
-        require_kafka(settings)
+        require_kafka(kafka)
     except KafkaNotReadyError as error:
         return f"; {error}"
     return ""
@@ -332,7 +332,7 @@ class _Consumer(KafkaConsumer):  # type: ignore[misc]  # kafka-python has no typ
             raise
 
 
-def kafka_consumer(settings: Settings, client_id: str, **configs: Any) -> KafkaConsumer:
+def kafka_consumer(kafka: KafkaSettings, client_id: str, **configs: Any) -> KafkaConsumer:
     """A ``KafkaConsumer`` of the configured cluster that leaves no thread behind if it fails.
 
     kafka-python 3 starts a network thread before it bootstraps, and a bootstrap
@@ -347,18 +347,18 @@ def kafka_consumer(settings: Settings, client_id: str, **configs: Any) -> KafkaC
         configs.setdefault("enable_auto_commit", False)
     with bootstrap_reasons():
         return _Consumer(
-            bootstrap_servers=settings.kafka_bootstrap,
+            bootstrap_servers=kafka.bootstrap,
             client_id=client_id,
-            **python_client_configs(settings),
+            **python_client_configs(kafka),
             **configs,
         )
 
 
-def kafka_producer(settings: Settings, client_id: str, **configs: Any) -> KafkaProducer:
+def kafka_producer(kafka: KafkaSettings, client_id: str, **configs: Any) -> KafkaProducer:
     """A ``KafkaProducer`` of the configured cluster, with its security settings."""
     return KafkaProducer(
-        bootstrap_servers=settings.kafka_bootstrap,
+        bootstrap_servers=kafka.bootstrap,
         client_id=client_id,
-        **python_client_configs(settings),
+        **python_client_configs(kafka),
         **configs,
     )

@@ -21,7 +21,7 @@ import logging
 import os
 import time
 
-from shared.logs import log_event
+from shared.platform.logs import log_event
 from shared.settings import FAILPOINT_ENV
 
 logger = logging.getLogger("lambdaline.failpoints")

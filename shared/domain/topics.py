@@ -1,0 +1,75 @@
+"""The topics lambdaline reads and writes, by role, and the names of the speed queries.
+
+The input topics carry one event type each; ``dead.letters`` is an append-only
+log of the records validation refused. The speed store is one compacted topic
+per view, ``<speed_prefix><view>``, keyed by the view key, beside
+``speed.progress`` (one record per speed micro-batch) and the speed layer's
+internal topic. A deployment may rename any of them (``Settings.topics``); the
+defaults are the contract's names.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import BaseModel, ConfigDict, field_validator
+
+from shared.domain.events import EVENT_TYPES, EventType
+from shared.domain.view_specs import VIEW_NAMES
+
+DIAGNOSTIC_ENTRIES = "internal.diagnostic_entries"
+"""The speed layer's internal topic (after the speed prefix) between its per-entry
+lookups and its ``diagnostics`` counts (see speed_layer/lookups.py)."""
+
+DERIVED_QUERY_PREFIX = "speed.derived."
+"""Names the speed queries that read the speed layer's own internal topics, not the
+input topics: their watermarks trail the input's and do not count towards the
+speed watermark the serving layer publishes."""
+
+
+class Topics(BaseModel):
+    """Kafka topic names by role. Speed-store topics are ``<speed_prefix><view name>``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    entries: str = "toll.entries"
+    exits: str = "toll.exits"
+    registrations: str = "vehicle.registrations"
+    dead_letters: str = "dead.letters"
+    speed_prefix: str = "speed."
+    speed_progress: str = "speed.progress"
+
+    @field_validator("*")
+    @classmethod
+    def _valid_topic_name(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", value):
+            raise ValueError(f"{value!r} is not a valid Kafka topic name")
+        return value
+
+    def of(self, event_type: EventType) -> str:
+        """The topic that carries this event type."""
+        return str(getattr(self, event_type.topic_role))
+
+    def inputs(self, event_types: tuple[EventType, ...] = EVENT_TYPES) -> list[str]:
+        """The topics of these event types (default: every input topic)."""
+        return [self.of(event_type) for event_type in event_types]
+
+    def speed(self, view_name: str) -> str:
+        """The speed-store topic of a view (or of the internal :data:`DIAGNOSTIC_ENTRIES`)."""
+        return f"{self.speed_prefix}{view_name}"
+
+    @property
+    def diagnostic_entries(self) -> str:
+        return self.speed(DIAGNOSTIC_ENTRIES)
+
+    def speed_store(self) -> list[str]:
+        """Every topic the speed job writes its state of the views to: the views' own, its
+        progress reports and its internal topic (not ``dead.letters``, an append-only log).
+
+        They hold the output of one checkpoint; ``lambdaline speed reset`` deletes them
+        with it (speed_layer/checkpoint.py says why they go together)."""
+        return [
+            *(self.speed(view) for view in VIEW_NAMES),
+            self.speed_progress,
+            self.diagnostic_entries,
+        ]
