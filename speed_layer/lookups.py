@@ -48,13 +48,16 @@ until exits flow, no entry is decided, registrations included.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import timedelta
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from shared.domain.view_specs import EXPIRED_REGISTRATIONS, VEHICLE_TRIPS
 from shared.domain.views import (
+    ENTRY_COLUMNS,
+    REGISTRATION_COLUMNS,
     count_diagnostics,
     exit_at_entry,
     expired_at_entry,
@@ -80,20 +83,26 @@ DIAGNOSTIC_ENTRY_SCHEMA = "event_id string, booth_id string, entry_time timestam
 """An internal-topic record: one entry missing an exit or a registration."""
 
 
+ENTRY, REGISTERED = "entry", "registration"
+"""The kinds of row of :func:`plate_events`."""
+
+
+def _with_time(columns: Sequence[str], time: str, as_name: str) -> list[Column]:
+    """``columns``, the one named ``as_name`` read from the column ``time``."""
+    return [F.col(time).alias(as_name) if name == as_name else F.col(name) for name in columns]
+
+
 def plate_events(entries: DataFrame, registrations: DataFrame, watermark: timedelta) -> DataFrame:
-    """Entries and registrations as one stream with one event-time column and watermark."""
-    as_entries = entries.select(
-        F.lit("entry").alias("kind"), "event_id", "booth_id", "license_plate",
-        F.lit(None).cast("string").alias("registration_id"),
-        F.lit(None).cast("boolean").alias("expired"),
-        F.col("entry_time").alias("event_time"),
-    )  # fmt: skip
+    """Entries and registrations as one stream with one event-time column and watermark:
+    the columns the registration rule reads of each (``shared.domain.views``), their
+    time as ``event_time``, and a ``kind``."""
+    as_entries = entries.select(F.lit(ENTRY).alias("kind"), *ENTRY_COLUMNS).withColumnRenamed(
+        "entry_time", "event_time"
+    )
     as_registrations = registrations.select(
-        F.lit("registration").alias("kind"), "event_id",
-        F.lit(None).cast("string").alias("booth_id"), "license_plate", "registration_id",
-        "expired", F.col("registration_time").alias("event_time"),
-    )  # fmt: skip
-    return as_entries.unionByName(as_registrations).withWatermark(
+        F.lit(REGISTERED).alias("kind"), *(F.col(name) for name in REGISTRATION_COLUMNS)
+    ).withColumnRenamed("registration_time", "event_time")
+    return as_entries.unionByName(as_registrations, allowMissingColumns=True).withWatermark(
         "event_time", f"{int(watermark.total_seconds())} seconds"
     )
 
@@ -103,13 +112,12 @@ def registrations_at_entry_stream(
 ) -> DataFrame:
     """Each entry with its applicable registration, once the watermark has passed it."""
     plates = plate_events(entries, registrations, watermark)
-    entry_side = plates.where(F.col("kind") == "entry").select(
-        "event_id", "booth_id", "license_plate", F.col("event_time").alias("entry_time")
+    entry_side = plates.where(F.col("kind") == ENTRY).select(
+        *_with_time(ENTRY_COLUMNS, "event_time", "entry_time")
     )
-    registration_side = plates.where(F.col("kind") == "registration").select(
-        "license_plate", F.col("event_time").alias("registration_time"),
-        "registration_id", "expired", "event_id",
-    )  # fmt: skip
+    registration_side = plates.where(F.col("kind") == REGISTERED).select(
+        *_with_time(REGISTRATION_COLUMNS, "event_time", "registration_time")
+    )
     return registrations_at_entry(entry_side, registration_side)
 
 
