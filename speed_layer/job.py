@@ -74,8 +74,7 @@ def read_input_topics(
     spark: SparkSession, settings: Settings, event_types: tuple[EventType, ...] = EVENT_TYPES
 ) -> DataFrame:
     """A streaming read of the topics of these event types (raw Kafka records)."""
-    topics = [settings.topics.of(event_type) for event_type in event_types]
-    reader = kafka_stream(spark, settings.kafka, topics)
+    reader = kafka_stream(spark, settings.kafka, settings.topics.inputs(event_types))
     if settings.speed.max_offsets_per_trigger is not None:
         reader = reader.option("maxOffsetsPerTrigger", settings.speed.max_offsets_per_trigger)
     return reader.load()
