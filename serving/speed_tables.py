@@ -120,7 +120,7 @@ def _upsert(view: ViewSpec) -> str:
     with the held ones as the view's spec says: a new key is inserted, a held one
     replaced unless the held row's ``batch_id`` is newer."""
     assert view.combine is Combine.LATEST_MICRO_BATCH, view.combine
-    table = StoreTable.of(view)
+    table = STORE_TABLE_BY_NAME[view.name]  # the batch table, which the speed one copies
     names = [*table.column_names, "batch_id"]
     quoted = ", ".join(f'"{name}"' for name in names)
     key = ", ".join(f'"{name}"' for name in table.key)
