@@ -50,7 +50,7 @@ def create_app(
     """The API; stores not given are created from settings and started with the app."""
     settings = settings or get_settings()
     threads = settings.serving.duckdb_threads
-    tables = speed_tables or SpeedTables(threads)
+    tables = speed_tables or SpeedTables(threads, settings.views)
     reader = batch_reader or BatchReader(
         settings.batch_store, cache_bytes=settings.serving.cache_mb * 2**20, threads=threads
     )

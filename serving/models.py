@@ -36,12 +36,26 @@ ROW_TYPES: dict[ColumnType, Any] = {
 """Each view column type as the API's rows hold it."""
 
 
+def final_description(view: ViewSpec) -> str:
+    """What ``final`` means for a view's rows: its spec's ``final`` rule, in words."""
+    rule = view.final
+    watermark = "the counting query's watermark" if rule.own_watermark else "the speed watermark"
+    passed = " + ".join((rule.column, *rule.plus))
+    return (
+        f"true for batch rows, and for speed rows once {watermark} has passed {passed}; "
+        "false: provisional, an event the speed layer can still accept may change or "
+        "withdraw the row"
+    )
+
+
 def row_model(view: ViewSpec) -> type[BaseModel]:
-    """One row of a view as the API returns it: the view's columns, then its ``source``."""
+    """One row of a view as the API returns it: the view's columns, whether it is
+    ``final``, then its ``source``."""
     fields: dict[str, Any] = {
         column.name: (ROW_TYPES[column.type], Field(description=column.description))
         for column in view.columns
     }
+    fields["final"] = (bool, Field(description=final_description(view)))
     fields["source"] = (Source, ...)
     return create_model(view.api_row, **fields)
 

@@ -62,9 +62,12 @@ class ViewQuery:
     end: datetime
     filters: Mapping[str, str]
     limit: int | None = None
+    final_before: datetime | None = None
+    """Speed rows whose ``final.column`` is at or before it are final (None: none is;
+    ``serving.speed_tables.SpeedTables.final_before``). Batch rows always are."""
 
     def key(self) -> tuple[Any, ...]:
-        """Everything that decides the query's rows, hashable (a result cache's key)."""
+        """What decides a batch-only query's rows, hashable (a result cache's key)."""
         filters = tuple(sorted(self.filters.items()))
         return (self.view.name, self.start, self.end, filters, self.limit)
 
@@ -82,7 +85,21 @@ class ViewQuery:
             params.append(value)
         conditions.append(f"{time} < ?" if side is Source.BATCH else f"{time} >= ?")
         params.append(naive_utc(horizon) if horizon is not None else datetime.min)
+        shown_if = view.candidates.shown_if if view.candidates is not None else None
+        if side is Source.SPEED and shown_if is not None:  # a withdrawn candidate is no row
+            conditions.append(f'"{view.name}"."{shown_if}"')
         return " AND ".join(conditions), params
+
+    def _final(self, side: Source) -> tuple[str, list[Any]]:
+        """Whether a row of one side is final, as SQL: every batch row is; a speed row
+        once the watermark has passed its view's ``final`` rule."""
+        if side is Source.BATCH:
+            return "true", []
+        if self.final_before is None:
+            return "false", []
+        return f'("{self.view.name}"."{self.view.final.column}" <= ?)', [
+            naive_utc(self.final_before)
+        ]
 
     def _limited(self, text: str, params: list[Any]) -> tuple[str, list[Any]]:
         """One row more than the limit, so that the answer can say whether the range holds more."""
@@ -107,16 +124,19 @@ class ViewQuery:
         """
         view = self.view
         where, params = self._where(side, horizon)
+        final, final_params = self._final(side)
         fields = ", ".join(f'"{column.name}" := {_wire(column)}' for column in view.columns)
         # the source is an enum member's value (code), not a request's
-        columns = f"to_json(struct_pack({fields}, \"source\" := '{side.value}'))"
+        columns = (
+            f'to_json(struct_pack({fields}, "final" := {final}, "source" := \'{side.value}\'))'
+        )
         order = ", ".join(f'"{view.name}"."{name}"' for name in view.key)
         if keyed:
             columns = f"{order}, {columns}"
         text = f'SELECT {columns} FROM "{view.name}" WHERE {where}'
         if side is not Source.BATCH:  # a version's tables are in key order already
             text += f" ORDER BY {order}"
-        return self._limited(text, params)
+        return self._limited(text, [*final_params, *params])
 
     def rolled_up_sql(
         self, side: Source, horizon: datetime | None, size: timedelta
@@ -136,12 +156,14 @@ class ViewQuery:
             f'{aggregate.value}("{view.name}"."{column}") AS "{column}"'
             for column, aggregate in rule.values.items()
         ]  # the aggregates' names are an enum's values (code), not a request's
+        final, final_params = self._final(side)
+        values.append(f'bool_and({final}) AS "final"')  # a bucket is final if all its rows are
         by = ", ".join(str(n) for n in range(1, len(group) + 2))
         text = (
             f"SELECT {', '.join([*group, bucket, *values])} "
             f'FROM "{view.name}" WHERE {where} GROUP BY {by} ORDER BY {by}'
         )
-        return self._limited(text, [size, naive_utc(EPOCH), *params])
+        return self._limited(text, [size, naive_utc(EPOCH), *final_params, *params])
 
 
 def _wire(column: ViewColumn) -> str:

@@ -23,6 +23,7 @@ the thread pool, so that they do not hold up the worker's other requests.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -68,6 +69,8 @@ class ViewRows:
     batch_version: int | None
     cache: str
     """``hit``, ``miss`` or ``bypass`` (see the module's docstring)."""
+    speed_watermark: datetime | None
+    """The speed watermark the rows' ``final`` was decided by."""
 
 
 async def view_rows(
@@ -78,24 +81,29 @@ async def view_rows(
 ) -> ViewRows:
     """A query's merged rows, encoded (``serving.queries``); cached if batch-only.
 
+    The speed watermark is read once: it decides which speed rows are final,
+    and the response reports it.
+
     A cache hit is answered on the event loop, and so is a small read
     (:func:`reads_on_event_loop`); a larger one reads the stores (DuckDB, which
     blocks) and encodes in the thread pool, as a plain endpoint would.
     """
+    watermark = speed.watermark
+    query = dataclasses.replace(query, final_before=speed.final_before(query.view, watermark))
     if batch is None:
         rows = await _read(query, batch, speed, roll_up_to)
-        return ViewRows(rows, None, None, "bypass")
+        return ViewRows(rows, None, None, "bypass", watermark)
     horizon, version = batch.version.horizon, batch.version.version
     if not batch.cache.enabled or query.end > horizon:  # the speed store takes part
         rows = await _read(query, batch, speed, roll_up_to)
-        return ViewRows(rows, horizon, version, "bypass")
-    key = (query.key(), roll_up_to)
+        return ViewRows(rows, horizon, version, "bypass", watermark)
+    key = (query.key(), roll_up_to)  # batch rows only: final whatever the watermark
     found = batch.cache.get(key)
     if found is not None:
-        return ViewRows(found, horizon, version, "hit")
+        return ViewRows(found, horizon, version, "hit", watermark)
     rows = await _read(query, batch, speed, roll_up_to)
     batch.cache.put(key, rows)
-    return ViewRows(rows, horizon, version, "miss")
+    return ViewRows(rows, horizon, version, "miss", watermark)
 
 
 EVENT_LOOP_SPAN = timedelta(days=1)
@@ -129,9 +137,8 @@ def _encoded(
     return encoded_rows(query, batch, speed)
 
 
-def view_response(
-    view: ViewRows, speed_watermark: datetime | None, granularity: str | None = None
-) -> Response:
+def view_response(view: ViewRows, granularity: str | None = None) -> Response:
+    speed_watermark = view.speed_watermark
     head: dict[str, Any] = {
         "horizon": _instant(view.horizon) if view.horizon else None,
         "batch_version": view.batch_version,

@@ -1,11 +1,19 @@
 """The speed store, materialised: one in-process DuckDB table per view.
 
-The speed layer publishes each view to a compacted topic, one record per view
-key whose JSON value holds the view's columns and the micro-batch id. Here the
-latest value per key is kept (a record whose ``batch_id`` is older than the
-one held is ignored: a replayed micro-batch never moves a row back), in tables
-shaped like the batch store's (``shared.platform.batch_store.STORE_TABLES``), so one
-query text serves both stores. Times are zone-less UTC, as in the batch store.
+The speed layer publishes each view to a compacted topic whose JSON values hold
+the view's columns and the micro-batch id. The records of one view key combine
+as the view's spec says (``shared.domain.view_specs.Combine``): for most views
+one record per view key, the latest value kept (a record whose ``batch_id`` is
+older than the one held is ignored: a replayed micro-batch never moves a row
+back); for a view of candidates, one record per candidate, the one its rule
+ranks best kept (``shared.domain.merge.best_candidates`` is the rule written
+plainly), with the hidden columns that rank it. The tables are shaped like the
+batch store's (``shared.platform.batch_store.STORE_TABLES``) plus those hidden
+columns, so one query text serves both stores. Times are zone-less UTC, as in
+the batch store.
+
+A speed row is final once the watermark passes what its spec's ``final`` rule
+says (:meth:`SpeedTables.final_before`).
 
 The ``batch_id`` rule is the upsert's own condition, so the tables are all that
 is held: a Python map of every key's batch id beside them would grow the process
@@ -27,9 +35,11 @@ import duckdb
 import pyarrow as pa
 
 from shared.domain.events import parse_instant
+from shared.domain.merge import final_cut
 from shared.domain.topics import DERIVED_QUERY_PREFIX
-from shared.domain.view_specs import VIEW_NAMES, VIEWS, Combine, ViewSpec
-from shared.platform.batch_store import STORE_TABLE_BY_NAME, StoreTable
+from shared.domain.view_specs import VIEW_NAMES, VIEWS, Aggregate, Combine, ViewSpec
+from shared.platform.batch_store import DUCKDB_TYPES, STORE_TABLE_BY_NAME, StoreTable
+from shared.settings import ViewSettings
 
 
 def stored_instant(text: str) -> datetime:
@@ -37,10 +47,21 @@ def stored_instant(text: str) -> datetime:
     return parse_instant(text).replace(tzinfo=None)
 
 
-def _speed_ddl(table: StoreTable) -> str:
-    columns = ", ".join(f'"{name}" {sql_type}' for name, sql_type in table.columns)
-    key = ", ".join(f'"{name}"' for name in table.key)
-    return f'CREATE TABLE "{table.name}" ({columns}, batch_id BIGINT NOT NULL, PRIMARY KEY ({key}))'
+def speed_columns(view: ViewSpec) -> tuple[tuple[str, str], ...]:
+    """A speed table's columns and DuckDB types: the batch table's, a candidate's hidden
+    ones, then the ``batch_id`` of the micro-batch that wrote the row."""
+    hidden = view.candidates.hidden if view.candidates is not None else ()
+    return (
+        *StoreTable.of(view).columns,
+        *((column.name, f"{DUCKDB_TYPES[column.type]} NOT NULL") for column in hidden),
+        ("batch_id", "BIGINT NOT NULL"),
+    )
+
+
+def _speed_ddl(view: ViewSpec) -> str:
+    columns = ", ".join(f'"{name}" {sql_type}' for name, sql_type in speed_columns(view))
+    key = ", ".join(f'"{name}"' for name in view.key)
+    return f'CREATE TABLE "{view.name}" ({columns}, PRIMARY KEY ({key}))'
 
 
 class BadSpeedRecordError(ValueError):
@@ -76,7 +97,7 @@ def _converter(sql_type: str) -> Callable[[Any], Any]:
     else:
         readers: dict[str, tuple[tuple[type, ...], Callable[[Any], Any]]] = {
             "TIMESTAMP": ((str,), stored_instant), "DOUBLE": ((int, float), float),
-            "VARCHAR": ((str,), str),
+            "VARCHAR": ((str,), str), "BOOLEAN": ((bool,), bool),
         }  # fmt: skip
         accepted, read = readers[kind]
 
@@ -89,11 +110,10 @@ def _converter(sql_type: str) -> Callable[[Any], Any]:
 
 
 _COLUMNS = {
-    view: [
-        (name, sql_type.split()[0], _converter(sql_type))
-        for name, sql_type in (*STORE_TABLE_BY_NAME[view].columns, ("batch_id", "BIGINT"))
+    view.name: [
+        (name, sql_type.split()[0], _converter(sql_type)) for name, sql_type in speed_columns(view)
     ]
-    for view in VIEW_NAMES
+    for view in VIEWS
 }
 """Per view: each column's name, type and converter, the batch id last."""
 
@@ -117,21 +137,52 @@ def _typed(view: str, value: Any) -> list[Any]:
 
 def _upsert(view: ViewSpec) -> str:
     """Rows of the registered Arrow table ``incoming`` into the view's table, combined
-    with the held ones as the view's spec says: a new key is inserted, a held one
-    replaced unless the held row's ``batch_id`` is newer."""
-    assert view.combine is Combine.LATEST_MICRO_BATCH, view.combine
-    table = STORE_TABLE_BY_NAME[view.name]  # the batch table, which the speed one copies
-    names = [*table.column_names, "batch_id"]
+    with the held ones as the view's spec says: a new key is inserted; a held one is
+    replaced unless the held row's ``batch_id`` is newer, or, for candidates, unless
+    the held candidate ranks better."""
+    names = [name for name, _ in speed_columns(view)]
     quoted = ", ".join(f'"{name}"' for name in names)
-    key = ", ".join(f'"{name}"' for name in table.key)
-    updates = ", ".join(f'"{name}" = excluded."{name}"' for name in names if name not in table.key)
+    key = ", ".join(f'"{name}"' for name in view.key)
+    updates = ", ".join(f'"{name}" = excluded."{name}"' for name in names if name not in view.key)
+    if view.combine is Combine.LATEST_MICRO_BATCH:
+        replaces = f'excluded."batch_id" >= "{view.name}"."batch_id"'
+    else:
+        assert view.combine is Combine.BEST_CANDIDATE and view.candidates is not None
+        rank = view.candidates.rank
+        incoming = ", ".join(f'excluded."{name}"' for name in rank)
+        held = ", ".join(f'"{view.name}"."{name}"' for name in rank)
+        # as good as the held one: the same candidate again replaces itself
+        better = "<=" if view.candidates.best is Aggregate.MIN else ">="
+        replaces = f"({incoming}) {better} ({held})"
     return (
-        f'INSERT INTO "{table.name}" ({quoted}) SELECT {quoted} FROM incoming '
-        f"ON CONFLICT ({key}) DO UPDATE SET {updates} "
-        f'WHERE excluded."batch_id" >= "{table.name}"."batch_id"'
+        f'INSERT INTO "{view.name}" ({quoted}) SELECT {quoted} FROM incoming '
+        f"ON CONFLICT ({key}) DO UPDATE SET {updates} WHERE {replaces}"
     )
 
 
+def _replaces(view: ViewSpec) -> Callable[[list[Any], list[Any]], bool]:
+    """Whether a typed row (a list in ``_COLUMNS`` order) replaces one held for its view
+    key in the same poll: :func:`_upsert`'s condition, in Python."""
+    positions = {name: number for number, (name, _, _) in enumerate(_COLUMNS[view.name])}
+    if view.candidates is None:
+        return lambda row, held: bool(row[-1] >= held[-1])
+    rank = [positions[name] for name in view.candidates.rank]
+    minimum = view.candidates.best is Aggregate.MIN
+
+    def replaces(row: list[Any], held: list[Any]) -> bool:
+        mine, theirs = [row[n] for n in rank], [held[n] for n in rank]
+        return mine <= theirs if minimum else mine >= theirs
+
+    return replaces
+
+
+_KEY_POSITIONS = {
+    view.name: [
+        number for number, (name, _, _) in enumerate(_COLUMNS[view.name]) if name in view.key
+    ]
+    for view in VIEWS
+}
+_REPLACES = {view.name: _replaces(view) for view in VIEWS}
 _UPSERT = {view.name: _upsert(view) for view in VIEWS}
 
 
@@ -149,8 +200,11 @@ def _view_settings(value: object) -> dict[str, str]:
 class SpeedTables:
     """In-process DuckDB tables of the speed views; safe to read while a consumer writes."""
 
-    def __init__(self, threads: int | None = None) -> None:
-        """``threads``: DuckDB's (None: its default, one per core)."""
+    def __init__(self, threads: int | None = None, views: ViewSettings | None = None) -> None:
+        """``threads``: DuckDB's (None: its default, one per core); ``views``: the
+        settings the ``final`` rules read (None: the defaults)."""
+        views = views if views is not None else ViewSettings()
+        self.durations = {"window": views.window, "max_trip": views.max_trip}
         self.connection = duckdb.connect(config={"threads": threads} if threads else {})
         self._lock = threading.Lock()
         self.watermarks: dict[str, datetime] = {}
@@ -158,8 +212,8 @@ class SpeedTables:
         """Each query's ``view_settings`` as its latest progress record gave them."""
         self.rejected = 0
         """Records skipped as not rows of their view (or not progress reports)."""
-        for view in VIEW_NAMES:
-            self.connection.execute(_speed_ddl(STORE_TABLE_BY_NAME[view]))
+        for view in VIEWS:
+            self.connection.execute(_speed_ddl(view))
 
     def apply(
         self,
@@ -173,8 +227,8 @@ class SpeedTables:
         the wrong type, a tombstone) is skipped and passed to ``reject``: one bad
         record must not stop the store, which would otherwise retry it forever.
         """
-        table = STORE_TABLE_BY_NAME[view]
-        latest: dict[bytes, tuple[int, list[Any]]] = {}
+        keys, replaces = _KEY_POSITIONS[view], _REPLACES[view]
+        latest: dict[tuple[Any, ...], list[Any]] = {}
         for position, (key, raw) in enumerate(records):
             try:
                 if key is None or raw is None:
@@ -185,16 +239,18 @@ class SpeedTables:
                 if reject is not None:
                     reject(position, str(error))
                 continue
-            batch_id = row[-1]
-            if batch_id < latest.get(key, (-1, []))[0]:
-                continue  # an older micro-batch than one in this poll
-            latest[key] = (batch_id, row)
+            # one row per view key in this poll (DuckDB updates a row once per statement),
+            # combined by the rule the upsert applies to the held row
+            view_key = tuple(row[n] for n in keys)
+            held = latest.get(view_key)
+            if held is None or replaces(row, held):
+                latest[view_key] = row
         if not latest:
             return 0
         # one INSERT over an Arrow table: DuckDB's executemany runs a statement per
         # row (measured ~350 rows/s), far below what the speed layer publishes
-        names = [*table.column_names, "batch_id"]
-        columns = list(zip(*(row for _, row in latest.values()), strict=True))
+        names = [name for name, _, _ in _COLUMNS[view]]
+        columns = list(zip(*latest.values(), strict=True))
         incoming = pa.table(dict(zip(names, map(list, columns), strict=True)))
         with self._lock:
             cursor = self.connection.cursor()
@@ -287,6 +343,21 @@ class SpeedTables:
             if query.startswith("speed.") and not query.startswith(DERIVED_QUERY_PREFIX)
         ]
         return min(views) if views else None
+
+    def watermark_of(self, view: ViewSpec) -> datetime | None:
+        """The watermark the view's ``final`` rule reads: the speed watermark, or the
+        watermark of the derived query that writes the view."""
+        if view.final.own_watermark:
+            return self.watermarks.get(f"{DERIVED_QUERY_PREFIX}{view.name}")
+        return self.watermark
+
+    def final_before(self, view: ViewSpec, watermark: datetime | None) -> datetime | None:
+        """The latest ``final.column`` value of a final speed row of the view
+        (``shared.domain.merge.final_cut``) under the speed watermark ``watermark``
+        (taken once per answer, which reports it); None: no row is final yet."""
+        if view.final.own_watermark:
+            watermark = self.watermark_of(view)
+        return final_cut(view, watermark, self.durations)
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
         """A cursor of its own for one reader (DuckDB cursors are not shared across threads)."""

@@ -398,9 +398,14 @@ class SpeedSettings(SettingsGroup):
         description="micro-batch interval of the continuous speed job's booth_stats query",
     )
     lookup_trigger: PositiveDuration = Field(
+        timedelta(seconds=2),
+        description="micro-batch interval of its lookups query (trip and registration "
+        "candidates, dead letters): a trip is served about this long after its exit at worst",
+    )
+    diagnostics_trigger: PositiveDuration = Field(
         timedelta(seconds=10),
-        description="micro-batch interval of its other queries (lookups with dead letters, "
-        "diagnostics counts), whose answers wait for the watermark or max_trip anyway",
+        description="micro-batch interval of its diagnostics count, whose rows wait for the "
+        "watermark or max_trip anyway",
     )
     max_offsets_per_trigger: int | None = Field(
         None, ge=1, description="cap on Kafka records per micro-batch (none = all available)"

@@ -122,6 +122,7 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
         topics=settings.topics.inputs(), checkpoints=str(checkpoint_dir(settings)),
         available_now=available_now, trigger_s=settings.speed.trigger.total_seconds(),
         lookup_trigger_s=settings.speed.lookup_trigger.total_seconds(),
+        diagnostics_trigger_s=settings.speed.diagnostics_trigger.total_seconds(),
     )  # fmt: skip
 
     # read sources and decode them by the shared rule; every query is a Kafka
@@ -151,22 +152,24 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
         settings.views.max_trip, settings.views.watermark,
     )  # fmt: skip
 
-    # write sinks, each in its lane (trigger and scheduler pool): booth_stats is
-    # the freshest view; the lookups' answers wait for the watermark (or
-    # max_trip) anyway. The second phase reads what the first writes (the
-    # internal topic).
+    # write sinks, each in its lane (trigger and scheduler pool): booth_stats and
+    # the lookups' candidates are served as soon as they are written; the
+    # diagnostics count waits for the watermark (or max_trip) anyway. The second
+    # phase reads what the first writes (the internal topic).
     fast = (settings.speed.trigger, FRESH_POOL)
-    slow = (settings.speed.lookup_trigger, LOOKUPS_POOL)
+    lookups_lane = (settings.speed.lookup_trigger, LOOKUPS_POOL)
+    slow = (settings.speed.diagnostics_trigger, LOOKUPS_POOL)
     first_phase = [
         (view_writer(BOOTH_STATS, stats, settings, output_mode="update"), fast),
-        # append: an entry's lookups are final once the watermark has passed what
-        # they wait for (a trip: entry_time + max_trip; a registration: entry_time)
+        # append: a join emits each match once, at once, and an entry without
+        # one once the watermark has passed what it waits for (a trip:
+        # entry_time + max_trip; a registration: entry_time)
         (
             lookups.writeStream.queryName("speed.lookups")
             .outputMode("append")
             .foreachBatch(brief_java_errors(publish_lookups(settings)))
             .option("checkpointLocation", str(checkpoint_dir(settings) / "lookups")),
-            slow,
+            lookups_lane,
         ),
     ]
     second_phase = [

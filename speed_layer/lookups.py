@@ -1,49 +1,60 @@
 """The speed layer's per-entry lookups: each entry's trip and its registration.
 
-One streaming query decides, for every entry, the earliest exit that ends its
-trip and the registration that applies to it, and its foreachBatch function
-writes what those decisions give: ``vehicle_trips`` and
-``expired_registrations`` rows to the speed store, and the entries missing an
-exit or a registration to an internal topic, which a second, small query counts
-per window into ``diagnostics`` (:func:`diagnostic_counts`). Each join runs
-once, so its state is kept once. The same query carries the input's dead
-letters to ``dead.letters``. Its answers wait for the watermark (or max_trip)
-anyway, so it runs on a longer trigger than booth_stats
-(``speed_lookup_trigger``).
+One streaming query finds, for every entry, the exits that can end its trip and
+the registrations that can apply to it, and its foreachBatch function writes
+each pair as soon as the join finds it: a candidate row of ``vehicle_trips`` or
+``expired_registrations`` to the speed store, keyed by the view key and the
+candidate's rank (``shared.domain.view_specs``: ``Combine.BEST_CANDIDATE``).
+The serving layer keeps, per view key, the candidate the view's rule ranks
+best: the earliest exit ends a trip; the latest registration at or before the
+entry decides an alert, and withdraws it if that registration had not
+expired. So a trip is served seconds after its exit, provisional (``final``
+false) until the watermark passes entry_time + max_trip, when no earlier exit
+can still arrive; an alert seconds after its entry, provisional until the
+watermark passes the entry.
 
-**The trip.** The shared left outer trip join (:func:`shared.domain.views.trip_matches`)
-and the earliest exit per entry (:func:`shared.domain.views.exit_at_entry`). Spark emits
-an entry once the watermark passes entry_time + max_trip, when no earlier exit
-can still arrive: with its exit, a trip; without one, a missing exit.
+The entries no exit or registration matched are known only when the watermark
+passes what they wait for; the join emits them then, and they go to an
+internal topic, which a second, small query counts per window into
+``diagnostics`` (:func:`diagnostic_counts`). Each join runs once, so its state
+is kept once, and no aggregation follows it (an aggregation after a
+stream-stream join emits only once the watermark passes its groups). The same
+query carries the input's dead letters to ``dead.letters``.
 
-**The registration.** The rule is :func:`shared.domain.views.registrations_at_entry`,
-the same function the batch layer calls: each entry left-outer-joined to its
-plate's registrations recorded at or before it, the latest one winning.
-Streaming Spark runs that plan natively (a stream-stream join, then an
-aggregation per entry), with one condition: both sides must carry **one**
-watermark. Registrations are recorded days before the entries that use them.
-With a watermark of their own it would stay days behind, and Spark's
-query-wide watermark (the minimum over the inputs) would hold every entry
-back. So entries and registrations are one stream with one event-time column
-(:func:`plate_events`), split into the join's two sides: both carry its
-watermark. A registration later than the watermark is dropped as late, like
-any other event. An entry is decided once the watermark passes its entry_time,
-when every registration recorded before it has arrived. The join has no lower
-time bound (a registration applies however old it is), so registrations are
-never evicted from its state: it grows with the number of registrations seen.
-The batch layer's lookup is the same, over all of them.
+**The trip.** The shared left outer trip join (:func:`shared.domain.views.trip_matches`):
+Spark emits a matched (entry, exit) pair at once, and an entry without one
+once the watermark passes entry_time + max_trip (a missing exit).
 
-**No deduplication step.** Both lookups end in an aggregation per entry
-``event_id`` whose result is a ``min`` or ``max``: copies of an entry fall into
-its one group, and copies of an exit or registration do not change a minimum
-or maximum. So duplicates (same ``event_id``, at-least-once producers) cannot
-change a decision, and the query leaves out ``dropDuplicatesWithinWatermark``,
-which would be a stateful operator (a shuffle and a state store) per join side.
-Copies later than the watermark are dropped by the join as late rows.
+**The registration.** The shared candidates of the registration rule
+(:func:`shared.domain.views.registration_candidates`), which the batch layer
+ranks by the same rule: each entry left-outer-joined to its plate's
+registrations recorded at or before it. Streaming Spark runs that join with
+one condition: both sides must carry **one** watermark. Registrations are
+recorded days before the entries that use them. With a watermark of their own
+it would stay days behind, and Spark's query-wide watermark (the minimum over
+the inputs) would hold every entry back. So entries and registrations are one
+stream with one event-time column (:func:`plate_events`), split into the
+join's two sides: both carry its watermark. A registration later than the
+watermark is dropped as late, like any other event. An entry leaves the
+join's state once the watermark passes its entry_time, when every
+registration recorded before it has arrived. The join has no lower time
+bound (a registration applies however old it is), so registrations are never
+evicted from its state: it grows with the number of registrations seen. The
+batch layer's lookup is the same, over all of them.
+
+**No deduplication step.** Copies of an event (same ``event_id``,
+at-least-once producers) make copies of a candidate, with the same record key
+and value: the compacted topic and the serving layer keep one. Copies of an
+unmatched entry are written to the internal topic twice and counted once
+(:func:`diagnostic_counts` drops them). So the query leaves out
+``dropDuplicatesWithinWatermark``, which would be a stateful operator (a
+shuffle and a state store) per join side. Copies later than the watermark are
+dropped by the join as late rows.
 
 **One watermark for both lookups.** Being one query, the lookups share Spark's
 query-wide watermark, the minimum over the entries', exits' and plate stream's:
-until exits flow, no entry is decided, registrations included.
+until exits flow, no entry is known to miss anything. Candidates do not wait
+for it.
 """
 
 from __future__ import annotations
@@ -59,11 +70,9 @@ from shared.domain.views import (
     ENTRY_COLUMNS,
     REGISTRATION_COLUMNS,
     count_diagnostics,
-    exit_at_entry,
-    expired_at_entry,
-    registrations_at_entry,
+    registration_candidates,
+    trip_candidates,
     trip_matches,
-    trips_at_entry,
     unmatched_entries,
     unregistered_at_entry,
 )
@@ -107,10 +116,11 @@ def plate_events(entries: DataFrame, registrations: DataFrame, watermark: timede
     )
 
 
-def registrations_at_entry_stream(
+def registration_candidates_stream(
     entries: DataFrame, registrations: DataFrame, watermark: timedelta
 ) -> DataFrame:
-    """Each entry with its applicable registration, once the watermark has passed it."""
+    """Each entry with each registration that can apply to it, as the join finds them
+    (an entry with none once the watermark has passed it)."""
     plates = plate_events(entries, registrations, watermark)
     entry_side = plates.where(F.col("kind") == ENTRY).select(
         *_with_time(ENTRY_COLUMNS, "event_time", "entry_time")
@@ -118,7 +128,7 @@ def registrations_at_entry_stream(
     registration_side = plates.where(F.col("kind") == REGISTERED).select(
         *_with_time(REGISTRATION_COLUMNS, "event_time", "registration_time")
     )
-    return registrations_at_entry(entry_side, registration_side)
+    return registration_candidates(entry_side, registration_side)
 
 
 def entry_lookups(
@@ -132,17 +142,19 @@ def entry_lookups(
 ) -> DataFrame:
     """Both lookups of every entry, and the dead letters, as one stream (append mode).
 
-    ``kind`` says what a row is: a ``trip`` row has ``exit_time`` (null: no exit
-    within max_trip), a ``registration`` row ``registration_id`` and ``expired``
-    (null: no registration at entry time), a ``dead_letter`` row the columns of
-    :attr:`shared.domain.validation.DecodedRecords.dead_letters`; the other columns are
-    null. The inputs carry their watermarks and need no deduplication (see the
-    module's docstring); the registration lookup reads entries and registrations
-    through :func:`plate_events`. Dead letters ride along, stateless: a query of
-    their own would cost a micro-batch of its own every trigger.
+    ``kind`` says what a row is: a ``trip`` row is an entry with an exit that can
+    end its trip (``exit_time``; null: none within max_trip), a ``registration``
+    row an entry with a registration that can apply to it (the registration's
+    columns; null: none at entry time), a ``dead_letter`` row has the columns of
+    :attr:`shared.domain.validation.DecodedRecords.dead_letters`; the other
+    columns are null. The inputs carry their watermarks and need no
+    deduplication (see the module's docstring); the registration lookup reads
+    entries and registrations through :func:`plate_events`. Dead letters ride
+    along, stateless: a query of their own would cost a micro-batch of its own
+    every trigger.
     """
-    trips = exit_at_entry(trip_matches(trip_entries, exits, max_trip, "left_outer"))
-    plates = registrations_at_entry_stream(plate_entries, registrations, watermark)
+    trips = trip_matches(trip_entries, exits, max_trip, "left_outer")
+    plates = registration_candidates_stream(plate_entries, registrations, watermark)
     return (
         trips.withColumn("kind", F.lit(TRIP))
         .unionByName(plates.withColumn("kind", F.lit(REGISTRATION)), allowMissingColumns=True)
@@ -157,7 +169,7 @@ def _diagnostic_entries(rows: DataFrame) -> DataFrame:
 
 
 def publish_lookups(settings: Settings) -> MicroBatchFunction:
-    """foreachBatch: trips and expired registrations to the speed store, entries missing
+    """foreachBatch: trip and registration candidates to the speed store, entries missing
     an exit or a registration to the internal topic, dead letters to ``dead.letters``,
     in one Kafka write."""
     options = kafka_sink_options(settings.kafka)
@@ -174,8 +186,9 @@ def publish_lookups(settings: Settings) -> MicroBatchFunction:
         try:
             trip = rows.where(F.col("kind") == TRIP)
             registration = rows.where(F.col("kind") == REGISTRATION)
-            trips = speed_records(VEHICLE_TRIPS, trips_at_entry(trip), batch_id)
-            expired = speed_records(EXPIRED_REGISTRATIONS, expired_at_entry(registration), batch_id)
+            trips = speed_records(VEHICLE_TRIPS, trip_candidates(trip), batch_id)
+            matched = registration.where(F.col("registration_time").isNotNull())
+            expired = speed_records(EXPIRED_REGISTRATIONS, matched, batch_id)
             keep = ["event_id", "license_plate"]
             diagnostic = unmatched_entries(trip, keep).unionByName(
                 unregistered_at_entry(registration, keep)

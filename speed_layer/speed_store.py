@@ -1,11 +1,13 @@
 """Writers of the speed layer: the speed store (``speed.<view>``) and ``dead.letters``.
 
-A speed-store record is keyed by the view key (its JSON) and its value holds the
-view's columns (:mod:`shared.domain.view_specs`), times as ISO-8601 UTC, plus the
-``batch_id`` of the micro-batch that wrote it. Spark's foreachBatch may replay a micro-batch after a
-failure; the replay recomputes the same rows from the same checkpointed state,
-so it writes the same records again, and the compacted topic keeps one per key:
-a restart never double counts.
+A speed-store record is keyed by the view key (its JSON; a candidate's by the
+view key and its rank) and its value holds the view's columns (and a
+candidate's hidden ones: :mod:`shared.domain.view_specs`), times as ISO-8601
+UTC, plus the ``batch_id`` of the micro-batch that wrote it. Spark's
+foreachBatch may replay a micro-batch after a failure; the replay recomputes
+the same rows from the same checkpointed state, so it writes the same records
+again, and the compacted topic keeps one per key: a restart never double
+counts.
 """
 
 from __future__ import annotations
@@ -47,9 +49,10 @@ compiled classes, pushing the classes that do not change out of it."""
 
 def speed_records(view: ViewSpec, rows: DataFrame, batch_id: int) -> DataFrame:
     """The Kafka records (key, value) of one micro-batch's rows of a view: keyed by the
-    view key's JSON, the value the JSON of the view's columns and the ``batch_id``."""
-    keys = [F.col(name) for name in view.key]
-    values = [F.col(name) for name in view.column_names]
+    JSON of its ``record_key``, the value the JSON of its ``record_columns`` and the
+    ``batch_id``."""
+    keys = [F.col(name) for name in view.record_key]
+    values = [F.col(column.name) for column in view.record_columns]
     batch = F.lit(batch_id).cast(BATCH_ID_TYPE).alias("batch_id")
     return rows.select(_json(keys).alias("key"), _json([*values, batch]).alias("value"))
 

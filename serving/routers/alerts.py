@@ -26,4 +26,4 @@ async def expired_registrations(
     """Entries in [from, to) whose latest registration at entry time had expired."""
     filters = {"booth_id": booth_id} if booth_id is not None else {}
     query = ViewQuery(EXPIRED_REGISTRATIONS, time_range.start, time_range.end, filters, limit)
-    return view_response(await view_rows(query, batch, speed), speed.watermark)
+    return view_response(await view_rows(query, batch, speed))

@@ -62,7 +62,7 @@ async def _stats(
         and not await run_in_threadpool(key_known, "booth_id", booth_id, batch, speed)
     ):
         raise HTTPException(404, detail="booth not found")
-    return view_response(rows, speed.watermark, granularity or duration_label(window))
+    return view_response(rows, granularity or duration_label(window))
 
 
 @router.get(

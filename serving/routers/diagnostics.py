@@ -19,4 +19,4 @@ async def diagnostics(
 ) -> Response:
     """Counts of entries in [from, to) missing an exit (within max_trip) or a registration."""
     query = ViewQuery(DIAGNOSTICS, time_range.start, time_range.end, {}, limit)
-    return view_response(await view_rows(query, batch, speed), speed.watermark)
+    return view_response(await view_rows(query, batch, speed))

@@ -35,4 +35,4 @@ async def vehicle_trips(
         key_known, "license_plate", license_plate, batch, speed
     ):
         raise HTTPException(404, detail="vehicle not found")
-    return view_response(rows, speed.watermark)
+    return view_response(rows)

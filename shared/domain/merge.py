@@ -7,9 +7,18 @@ batch layer has recomputed those times from all the data), and so are batch
 rows at or after H. With no batch version published yet (H is None) every row
 comes from the speed store.
 
+Every row says whether it is ``final``: a batch row always is; a speed row once
+the speed watermark W has passed what its view's spec says
+(:class:`shared.domain.view_specs.Final`, :func:`final_cut`). A speed row that
+is not final is provisional: a later event can still change it.
+
 Coarser granularities are rolled up from the merged base rows, after the
 merge, as the spec's ``roll_up`` says: a bucket that takes rows of both sources
-is ``mixed``.
+is ``mixed``, and it is final if all its rows are.
+
+The speed store of a view whose records are candidates
+(:attr:`shared.domain.view_specs.Combine.BEST_CANDIDATE`) holds, per view key,
+the candidate its rule ranks best (:func:`best_candidates`).
 """
 
 from __future__ import annotations
@@ -20,7 +29,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from shared.domain.view_specs import Aggregate, Horizon, ViewSpec
+from shared.domain.view_specs import Aggregate, Combine, Horizon, ViewSpec
 
 Row = dict[str, Any]
 
@@ -48,29 +57,75 @@ def sources_for(start: datetime, end: datetime, horizon: datetime | None) -> tup
     return tuple(sides)
 
 
+def final_cut(
+    view: ViewSpec, watermark: datetime | None, durations: Mapping[str, timedelta]
+) -> datetime | None:
+    """The latest value of the view's ``final.column`` that makes a speed row final under
+    ``watermark`` (None: no watermark yet, no speed row is final): W minus the view
+    settings the rule names, taken from ``durations`` (``window``, ``max_trip``)."""
+    if watermark is None:
+        return None
+    return watermark - sum((durations[name] for name in view.final.plus), timedelta())
+
+
 def merge_at_horizon(
     view: ViewSpec,
     batch_rows: Iterable[Mapping[str, Any]],
     speed_rows: Iterable[Mapping[str, Any]],
     horizon: datetime | str | None,
+    final_before: datetime | str | None = None,
 ) -> list[Row]:
-    """Batch rows before the horizon plus speed rows from it, each tagged with its source.
+    """Batch rows before the horizon plus speed rows from it, each tagged with its source
+    and whether it is final: every batch row, and the speed rows whose ``final.column``
+    is at or before ``final_before`` (:func:`final_cut`; None: none is).
 
     Times and horizon are datetimes, or ISO-8601 UTC strings of one fixed format
     (``shared.domain.events.format_instant``), which order exactly as their instants.
     """
     assert view.horizon is Horizon.TIME_BEFORE, view.horizon
-    time_column = view.time_column
+    time_column, final_column = view.time_column, view.final.column
     merged: list[Row] = []
     batch, speed = Source.BATCH.value, Source.SPEED.value  # looked up once, not per row
     if horizon is not None:
-        merged += [{**row, "source": batch} for row in batch_rows if row[time_column] < horizon]
+        merged += [
+            {**row, "final": True, "source": batch}
+            for row in batch_rows
+            if row[time_column] < horizon
+        ]
     merged += [
-        {**row, "source": speed}
+        {
+            **row,
+            "final": final_before is not None and row[final_column] <= final_before,
+            "source": speed,
+        }
         for row in speed_rows
         if horizon is None or row[time_column] >= horizon
     ]
     return merged
+
+
+def best_candidates(view: ViewSpec, candidates: Iterable[Mapping[str, Any]]) -> list[Row]:
+    """A candidate view's rows from its speed records' values: per view key the candidate
+    its rule ranks best, if it is shown, as the view's columns, in key order.
+
+    The serving layer keeps the same rows as it reads the records
+    (``serving.speed_tables``); this is the rule written plainly.
+    """
+    rule = view.candidates
+    assert view.combine is Combine.BEST_CANDIDATE and rule is not None, view.combine
+    better = operator.lt if rule.best is Aggregate.MIN else operator.gt
+    best: dict[tuple[Any, ...], Mapping[str, Any]] = {}
+    for candidate in candidates:
+        key = tuple(candidate[name] for name in view.key)
+        held = best.get(key)
+        rank = tuple(candidate[name] for name in rule.rank)
+        if held is None or better(rank, tuple(held[name] for name in rule.rank)):
+            best[key] = candidate
+    return [
+        {name: best[key][name] for name in view.column_names}
+        for key in sorted(best)
+        if rule.shown_if is None or best[key][rule.shown_if]
+    ]
 
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -96,9 +151,9 @@ def roll_up(view: ViewSpec, rows: Iterable[Mapping[str, Any]], size: timedelta) 
     Buckets are per the key's other columns and the size-aligned bucket of the
     roll-up's ``start`` (:func:`bucket_start`); values roll up by their
     aggregates, and the source is that of the rows taken, ``mixed`` where they
-    differ. Rows that are themselves rolled-up parts of buckets of ``size``
-    (each tagged with its store) roll up to the same buckets as the rows they
-    came from.
+    differ, and final if every row taken is. Rows that are themselves rolled-up
+    parts of buckets of ``size`` (each tagged with its store) roll up to the
+    same buckets as the rows they came from.
     """
     rule = view.roll_up
     assert rule is not None, f"{view.name} does not roll up"
@@ -113,11 +168,13 @@ def roll_up(view: ViewSpec, rows: Iterable[Mapping[str, Any]], size: timedelta) 
             bucket = {rule.start: start, rule.end: start + size}
             buckets[key] = {
                 **{name: bucket.get(name, row.get(name)) for name in view.column_names},
+                "final": row["final"],
                 "source": row["source"],
             }
             continue
         for name, combined in combine:
             held[name] = combined(held[name], row[name])
+        held["final"] = held["final"] and row["final"]
         if held["source"] != row["source"]:
             held["source"] = Source.MIXED.value
     return [buckets[key] for key in sorted(buckets)]

@@ -8,8 +8,11 @@ spec and in the view function, and nowhere else:
 - the batch store's DuckDB table and key order
   (``shared.platform.batch_store.StoreTable.of``), which the speed store's
   tables copy (``serving.speed_tables``);
-- the speed record, keyed by the view key, with the columns as its value
-  (``speed_layer.speed_store.speed_records``);
+- the speed record, keyed by the view key (a candidate's by the view key and
+  its rank), with the columns as its value
+  (``speed_layer.speed_store.speed_records``), and how the records of one key
+  combine (:class:`Combine`);
+- when a speed row is final (:class:`Final`);
 - the API's row model (``serving.models.row_model``) and the SQL that reads and
   rolls up rows (``serving.queries``).
 """
@@ -33,6 +36,8 @@ class ColumnType(StrEnum):
     """A sum of money with two decimal places."""
     SECONDS = "seconds"
     """A duration in seconds, with a fraction."""
+    FLAG = "flag"
+    """True or false."""
 
 
 class Aggregate(StrEnum):
@@ -61,6 +66,47 @@ class Combine(StrEnum):
     LATEST_MICRO_BATCH = "latest_micro_batch"
     """The record of the latest micro-batch is the row: a replayed micro-batch writes
     the same row again, an older one never replaces a newer."""
+    BEST_CANDIDATE = "best_candidate"
+    """Each record is a candidate for its view key, written as soon as the speed layer
+    finds it; the candidate ranked best (:class:`Candidates`) is the row, whichever
+    micro-batch wrote it. Candidates of one view key have keys of their own (the
+    view key and the rank), so a compacted topic keeps every one that can still win."""
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """How the candidates of one view key are ranked, and which of them are rows.
+
+    The same rule picks a view's row from its candidates in both layers: the
+    batch layer by an aggregate per view key (``shared.domain.views.best_candidates``),
+    the serving layer as it materialises the speed store (``serving.speed_tables``).
+    """
+
+    rank: tuple[str, ...]
+    """Columns compared in order; the first differing one decides."""
+    best: Aggregate
+    """``MIN``: the least rank wins; ``MAX``: the greatest."""
+    hidden: tuple[Column, ...] = ()
+    """Columns a candidate carries that the view's rows do not (its rank, its flag)."""
+    shown_if: str | None = None
+    """A flag column: the winning candidate is a row of the view only where it is true
+    (else it withdraws the candidates it beats)."""
+
+
+@dataclass(frozen=True)
+class Final:
+    """When a speed row is final: once the watermark W passes ``column`` plus the view
+    settings named in ``plus`` (``window``, ``max_trip``): no event the speed layer
+    can still accept changes it. Batch rows are always final.
+
+    ``own_watermark``: W is the watermark of the derived query that writes the
+    view (``shared.domain.topics.DERIVED_QUERY_PREFIX``), which Spark evicts its
+    rows by; otherwise the speed watermark (the earliest of the input queries').
+    """
+
+    column: str
+    plus: tuple[str, ...] = ()
+    own_watermark: bool = False
 
 
 @dataclass(frozen=True)
@@ -93,24 +139,43 @@ class ViewSpec:
     """The instant that dates a row: its event date, and its side of the horizon."""
     api_row: str
     """The name of one row's schema in the API."""
+    final: Final
     horizon: Horizon = Horizon.TIME_BEFORE
     combine: Combine = Combine.LATEST_MICRO_BATCH
+    candidates: Candidates | None = None
+    """How candidates rank (with ``combine`` ``BEST_CANDIDATE``)."""
     roll_up: RollUp | None = None
     by_name: Mapping[str, Column] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        by_name = {column.name: column for column in self.columns}
-        object.__setattr__(self, "by_name", by_name)
-        named = [*self.key, self.time_column]
+        object.__setattr__(self, "by_name", {column.name: column for column in self.columns})
+        if (self.candidates is None) != (self.combine is not Combine.BEST_CANDIDATE):
+            raise ValueError(f"view {self.name}: candidates go with {Combine.BEST_CANDIDATE}")
+        named = [*self.key, self.time_column, self.final.column]
+        if self.candidates is not None:
+            shown = [self.candidates.shown_if] if self.candidates.shown_if else []
+            named += [*self.candidates.rank, *shown]
         if self.roll_up is not None:
             named += [self.roll_up.start, self.roll_up.end, *self.roll_up.values]
-        unknown = [name for name in named if name not in by_name]
-        if unknown or len(by_name) != len(self.columns):
+        columns = [column.name for column in self.record_columns]
+        unknown = [name for name in named if name not in columns]
+        if unknown or len(set(columns)) != len(columns):
             raise ValueError(f"view {self.name}: no column or a repeated one: {unknown}")
 
     @property
     def column_names(self) -> tuple[str, ...]:
         return tuple(column.name for column in self.columns)
+
+    @property
+    def record_key(self) -> tuple[str, ...]:
+        """The columns that key a speed record: the view key, and a candidate's rank."""
+        return self.key if self.candidates is None else (*self.key, *self.candidates.rank)
+
+    @property
+    def record_columns(self) -> tuple[Column, ...]:
+        """The columns of a speed record's value: the view's, and a candidate's hidden ones."""
+        hidden = self.candidates.hidden if self.candidates is not None else ()
+        return (*self.columns, *hidden)
 
 
 BOOTH_STATS = ViewSpec(
@@ -127,6 +192,7 @@ BOOTH_STATS = ViewSpec(
     key=("booth_id", "window_start"),
     time_column="window_start",
     api_row="BoothStatsRow",
+    final=Final("window_end"),
     # counts and tolls add up, first/last entry times are the min/max
     roll_up=RollUp(
         start="window_start",
@@ -152,6 +218,12 @@ VEHICLE_TRIPS = ViewSpec(
     key=("booth_id", "license_plate", "entry_time"),
     time_column="entry_time",
     api_row="VehicleTripRow",
+    # no exit later than the watermark is accepted: once it passes entry_time +
+    # max_trip, no exit that could end the trip can still arrive
+    final=Final("entry_time", plus=("max_trip",)),
+    # every exit that matches the entry is a candidate; the earliest ends the trip
+    combine=Combine.BEST_CANDIDATE,
+    candidates=Candidates(rank=("exit_time",), best=Aggregate.MIN),
 )
 
 EXPIRED_REGISTRATIONS = ViewSpec(
@@ -165,6 +237,22 @@ EXPIRED_REGISTRATIONS = ViewSpec(
     key=("booth_id", "license_plate", "entry_time"),
     time_column="entry_time",
     api_row="ExpiredRegistrationRow",
+    # a registration recorded at or before the entry is no later than the entry:
+    # once the watermark passes the entry, none can still arrive
+    final=Final("entry_time"),
+    # every registration of the plate at or before the entry is a candidate; the
+    # latest decides, and it is an alert only if that registration had expired
+    combine=Combine.BEST_CANDIDATE,
+    candidates=Candidates(
+        rank=("registration_time", "registration_id", "registration_event_id"),
+        best=Aggregate.MAX,
+        hidden=(
+            Column("registration_time", ColumnType.INSTANT),
+            Column("registration_event_id", ColumnType.TEXT),
+            Column("expired", ColumnType.FLAG),
+        ),
+        shown_if="expired",
+    ),
 )
 
 DIAGNOSTICS = ViewSpec(
@@ -178,6 +266,9 @@ DIAGNOSTICS = ViewSpec(
     key=("booth_id", "window_start", "reason"),
     time_column="window_start",
     api_row="DiagnosticRow",
+    # counted by a derived query from the entries the lookups decided; Spark stops
+    # changing a count once that query's watermark passes the window's end
+    final=Final("window_start", plus=("window",), own_watermark=True),
 )
 
 VIEWS: tuple[ViewSpec, ...] = (BOOTH_STATS, VEHICLE_TRIPS, EXPIRED_REGISTRATIONS, DIAGNOSTICS)

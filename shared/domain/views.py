@@ -25,6 +25,8 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from shared.domain.view_specs import EXPIRED_REGISTRATIONS, VEHICLE_TRIPS, Aggregate, ViewSpec
+
 MONEY_TOTAL = T.DecimalType(18, 2)
 
 PERSISTED = StorageLevel.MEMORY_AND_DISK_DESER
@@ -130,38 +132,42 @@ def trip_duration_seconds(entry_time: Column, exit_time: Column) -> Column:
     )
 
 
-def earliest_exits(pairs: DataFrame) -> DataFrame:
-    """Of the (entry, exit) pairs, the earliest exit per entry, with the trip's duration."""
-    return (
-        pairs.groupBy("booth_id", "license_plate", "entry_time")
-        .agg(F.min("exit_time").alias("exit_time"))
-        .select(
-            "booth_id",
-            "license_plate",
-            "entry_time",
-            "exit_time",
-            trip_duration_seconds(F.col("entry_time"), F.col("exit_time")),
-        )
-    )
+def best_candidates(view: ViewSpec, candidates: DataFrame, by: Sequence[str]) -> DataFrame:
+    """Per ``by``, the candidate the view's rule ranks best (``ViewSpec.candidates``).
 
-
-def exit_at_entry(matches: DataFrame) -> DataFrame:
-    """Each entry (by ``event_id``) of a left outer :func:`trip_matches` with its earliest
-    exit, ``exit_time`` null if none (``min`` skips the nulls of unmatched entries).
-
-    One result gives two views, as rows per entry: its trip
-    (:func:`trips_at_entry`) and, if unmatched, its missing exit
-    (:func:`unmatched_entries`). Entries of one booth, plate and entry_time get
-    the same trip, so their rows share the ``vehicle_trips`` key and value.
+    The rule's ``best`` over a struct of the rank columns and then the other
+    columns, which compare field by field: the rank decides. A row with no
+    candidate (an outer join's, its first rank column null) ranks below every
+    real one; with none at all the candidate columns are null. The serving
+    layer combines the speed layer's candidate records by the same rule
+    (``serving.speed_tables``).
     """
-    return matches.groupBy("event_id", "booth_id", "license_plate", "entry_time").agg(
-        F.min("exit_time").alias("exit_time")
+    rule = view.candidates
+    assert rule is not None, f"{view.name} has no candidates"
+    others = [name for name in candidates.columns if name not in (*by, *rule.rank)]
+    # null where there is no candidate: min and max skip it
+    ranked = F.when(F.col(rule.rank[0]).isNotNull(), F.struct(*rule.rank, *others))
+    pick = {Aggregate.MIN: F.min, Aggregate.MAX: F.max}[rule.best]
+    return (
+        candidates.groupBy(*by)
+        .agg(pick(ranked).alias("best"))
+        .select(*by, *(F.col(f"best.{name}").alias(name) for name in (*rule.rank, *others)))
     )
 
 
-def trips_at_entry(at_entry: DataFrame) -> DataFrame:
-    """``vehicle_trips`` rows from :func:`exit_at_entry` (one per entry, not per key)."""
-    return at_entry.where(F.col("exit_time").isNotNull()).select(
+def earliest_exits(pairs: DataFrame) -> DataFrame:
+    """Of the (entry, exit) pairs, the earliest exit per entry, with the trip's duration:
+    the trip's candidates ranked by ``VEHICLE_TRIPS``' rule."""
+    key = VEHICLE_TRIPS.key
+    return best_candidates(VEHICLE_TRIPS, pairs.select(*key, "exit_time"), key).transform(
+        trip_candidates
+    )
+
+
+def trip_candidates(matches: DataFrame) -> DataFrame:
+    """``vehicle_trips`` candidates (the view's columns) of :func:`trip_matches`: one per
+    matched (entry, exit) pair. The speed layer writes each as it finds it."""
+    return matches.where(F.col("exit_time").isNotNull()).select(
         "booth_id",
         "license_plate",
         "entry_time",
@@ -175,12 +181,6 @@ def vehicle_trips(entries: DataFrame, exits: DataFrame, max_trip: timedelta) -> 
     return earliest_exits(entries_with_exits(entries, exits, max_trip))
 
 
-REGISTRATION_AT_ENTRY_SCHEMA = (
-    "event_id string, booth_id string, license_plate string, entry_time timestamp, "
-    "registration_id string, expired boolean"
-)
-"""Each entry with the registration that applies to it (nulls where there is none)."""
-
 REGISTRATION_COLUMNS = (
     "license_plate",
     "registration_time",
@@ -189,7 +189,6 @@ REGISTRATION_COLUMNS = (
     "event_id",
 )
 ENTRY_COLUMNS = ("event_id", "booth_id", "license_plate", "entry_time")
-REGISTRATION_AT_ENTRY_COLUMNS = (*ENTRY_COLUMNS, "registration_id", "expired")
 
 VIEW_INPUTS: dict[str, tuple[str, ...]] = {
     "toll_entry": (*ENTRY_COLUMNS, "toll"),
@@ -208,41 +207,46 @@ which copies of them do not change; neither layer spends a shuffle and a sort
 (or a state store) on their duplicates."""
 
 
-def registrations_at_entry(entries: DataFrame, registrations: DataFrame) -> DataFrame:
-    """The registration rule, written once: each entry's latest registration at entry time.
+def registration_candidates(entries: DataFrame, registrations: DataFrame) -> DataFrame:
+    """Each entry left-outer-joined to every registration of its plate recorded at or before it.
 
-    For every entry, the registration of its plate with the greatest
-    registration_time <= entry_time (ties broken by registration_id, then
-    event_id, greatest wins), or none (``registration_id`` and ``expired``
-    null). Each entry is left-outer-joined to every registration it could use,
-    and the greatest (time, id, event id) of them wins: a ``max`` over structs,
-    which compare field by field.
+    A row per (entry, registration) pair: :data:`ENTRY_COLUMNS`, then the
+    registration's ``registration_time``, ``registration_id``,
+    ``registration_event_id`` and ``expired`` (all null for an entry that no
+    registration applies to). These are ``expired_registrations``' candidates
+    (its spec's hidden columns): the speed layer writes each as it finds it.
 
-    Streaming runs the same plan when both sides carry one watermark (see
-    ``speed_layer.registrations``): an entry is emitted, as unmatched if so, once
-    the watermark passes its entry_time, and the aggregation then emits it once.
-    Registrations stay in the join's state: a later entry may need any of them.
+    Streaming runs the join when both sides carry one watermark (see
+    ``speed_layer.lookups``): a pair is emitted at once, an entry with none
+    once the watermark passes its entry_time. Registrations stay in the join's
+    state: a later entry may need any of them.
     """
     entry = entries.select(*ENTRY_COLUMNS).alias("entry")
     registration = registrations.select(*REGISTRATION_COLUMNS).alias("registration")
     applies = (F.col("entry.license_plate") == F.col("registration.license_plate")) & (
         F.col("registration.registration_time") <= F.col("entry.entry_time")
     )
-    candidate = F.struct(
-        F.col("registration.registration_time").alias("time"),
+    return entry.join(registration, applies, "left_outer").select(
+        *(F.col(f"entry.{name}").alias(name) for name in ENTRY_COLUMNS),
+        F.col("registration.registration_time").alias("registration_time"),
         F.col("registration.registration_id").alias("registration_id"),
-        F.col("registration.event_id").alias("event_id"),
+        F.col("registration.event_id").alias("registration_event_id"),
         F.col("registration.expired").alias("expired"),
     )
-    return (
-        entry.join(registration, applies, "left_outer")
-        .select(
-            *(F.col(f"entry.{name}").alias(name) for name in ENTRY_COLUMNS),
-            candidate.alias("candidate"),
-        )
-        .groupBy(*ENTRY_COLUMNS)
-        .agg(F.max("candidate").alias("latest"))
-        .select(*ENTRY_COLUMNS, "latest.registration_id", "latest.expired")
+
+
+def registrations_at_entry(entries: DataFrame, registrations: DataFrame) -> DataFrame:
+    """The registration rule: each entry's latest registration at entry time.
+
+    For every entry, the registration of its plate with the greatest
+    registration_time <= entry_time (ties broken by registration_id, then
+    event_id, greatest wins: ``EXPIRED_REGISTRATIONS``' candidate rank), or
+    none (``registration_id`` and ``expired`` null): the best of the entry's
+    :func:`registration_candidates`.
+    """
+    candidates = registration_candidates(entries, registrations)
+    return best_candidates(EXPIRED_REGISTRATIONS, candidates, ENTRY_COLUMNS).select(
+        *ENTRY_COLUMNS, "registration_id", "expired"
     )
 
 

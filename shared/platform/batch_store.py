@@ -34,6 +34,7 @@ DUCKDB_TYPES: Mapping[ColumnType, str] = {
     ColumnType.COUNT: "BIGINT",
     ColumnType.MONEY: "DECIMAL(18,2)",
     ColumnType.SECONDS: "DOUBLE",
+    ColumnType.FLAG: "BOOLEAN",
 }
 """Each view column type as both stores hold it."""
 

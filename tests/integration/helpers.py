@@ -14,7 +14,9 @@ from typing import Any
 
 import duckdb
 
+from shared.domain.merge import best_candidates
 from shared.domain.topics import Topics
+from shared.domain.view_specs import VIEW_BY_NAME
 from shared.platform.batch_store import STORE_TABLE_BY_NAME, read_current, version_file
 from shared.platform.kafka_admin import kafka_consumer, kafka_producer
 from shared.platform.kafka_security import security_environment
@@ -99,9 +101,19 @@ def read_all(settings: Settings, *topics: str) -> list[Any]:
 
 
 def speed_view(settings: Settings, view: str) -> dict[str, dict[str, Any]]:
-    """The speed store of a view as the serving layer will see it: latest value per key."""
+    """The speed store of a view as the serving layer will see it, keyed by the view key's
+    JSON: the latest value per key, or, for a view of candidates, the best candidate shown
+    (``shared.domain.merge.best_candidates``)."""
+    records = read_all(settings, settings.topics.speed(view))
+    spec = VIEW_BY_NAME[view]
+    if spec.candidates is not None:
+        rows = best_candidates(
+            spec, [json.loads(record.value, parse_float=Decimal) for record in records]
+        )
+        key = [name for name in spec.key]
+        return {json.dumps({n: row[n] for n in key}, separators=(",", ":")): row for row in rows}
     latest: dict[str, dict[str, Any]] = {}
-    for record in read_all(settings, settings.topics.speed(view)):
+    for record in records:
         value = json.loads(record.value, parse_float=Decimal)
         held = latest.get(record.key.decode())
         if held is None or held["batch_id"] <= value["batch_id"]:

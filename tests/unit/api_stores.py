@@ -82,6 +82,17 @@ def speed_booth(booth: str, start: str, count: int, toll: float) -> dict[str, An
     }  # fmt: skip
 
 
+def registration_candidate(
+    plate: str, entry_at: str, registration_id: str, recorded_on: str, expired: bool
+) -> dict[str, Any]:
+    """An ``expired_registrations`` candidate at booth b4 on 2026-01-06."""
+    return {
+        "booth_id": "b4", "license_plate": plate, "entry_time": f"2026-01-06T{entry_at}:00.000Z",
+        "registration_id": registration_id, "registration_time": f"{recorded_on}T00:00:00.000Z",
+        "registration_event_id": registration_id.lower(), "expired": expired,
+    }  # fmt: skip
+
+
 def fill_speed(tables: SpeedTables) -> None:
     tables.apply("booth_stats", [
         speed_record(speed_booth("b1", "2026-01-05T23:55", 99, 99.0), 1),  # below H: ignored
@@ -94,6 +105,22 @@ def fill_speed(tables: SpeedTables) -> None:
         "booth_id": "b1", "license_plate": "P1", "entry_time": "2026-01-06T08:00:00.000Z",
         "exit_time": "2026-01-06T08:05:00.000Z", "duration_seconds": 300.0,
     }, 3)])  # fmt: skip
+    # a trip's candidates, one per exit, in three polls: the earliest exit wins
+    for exit_time, batch_id in (("09:20", 4), ("09:10", 5), ("09:30", 6)):
+        tables.apply("vehicle_trips", [speed_record({
+            "booth_id": "b4", "license_plate": "P7", "entry_time": "2026-01-06T09:00:00.000Z",
+            "exit_time": f"2026-01-06T{exit_time}:00.000Z",
+            "duration_seconds": 60.0 * (int(exit_time[-2:])),
+        }, batch_id)])  # fmt: skip
+    # registration candidates: P8's only one has expired (an alert); P9's latest has not
+    # (the alert its older one raised is withdrawn), whichever arrives first
+    tables.apply("expired_registrations", [
+        speed_record(registration_candidate("P8", "00:30", "R-8", "2025-01-01", True), 4),
+        speed_record(registration_candidate("P9", "02:00", "R-9new", "2026-01-06", False), 4),
+    ])  # fmt: skip
+    tables.apply("expired_registrations", [
+        speed_record(registration_candidate("P9", "02:00", "R-9old", "2025-01-01", True), 5),
+    ])  # fmt: skip
     tables.note_progress(json.dumps({
         "query": "speed.booth_stats", "watermark": "2026-01-06T00:58:00.000Z",
         "view_settings": VIEW_SETTINGS,

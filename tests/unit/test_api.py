@@ -235,8 +235,46 @@ def test_vehicle_trips_alerts_and_diagnostics(client: TestClient) -> None:
     diagnostics = client.get("/v1/diagnostics", params=DAY, headers=KEY).json()["rows"]
     assert diagnostics == [{
         "booth_id": "b1", "window_start": "2026-01-05T23:50:00.000Z", "reason": "missing_exit",
-        "count": 1, "source": "batch",
+        "count": 1, "final": True, "source": "batch",
     }]  # fmt: skip
+
+
+def test_a_speed_trip_is_its_earliest_exit_and_provisional_until_the_watermark_passes_max_trip(
+    client: TestClient,
+) -> None:
+    body = client.get("/v1/vehicles/P7/trips", params=DAY, headers=KEY).json()
+    assert body["speed_watermark"] == "2026-01-06T00:58:00.000Z"
+    assert body["rows"] == [{
+        "booth_id": "b4", "license_plate": "P7", "entry_time": "2026-01-06T09:00:00.000Z",
+        "exit_time": "2026-01-06T09:10:00.000Z", "duration_seconds": 600.0,
+        "final": False, "source": "speed",
+    }]  # fmt: skip
+
+
+def test_a_speed_alert_stands_only_if_its_latest_registration_expired(
+    client: TestClient,
+) -> None:
+    body = client.get(
+        "/v1/alerts/expired-registrations", params={**DAY, "booth_id": "b4"}, headers=KEY
+    ).json()
+    # P8's entry (00:30) is before the watermark (00:58): final; P9's alert was withdrawn
+    assert body["rows"] == [{
+        "booth_id": "b4", "license_plate": "P8", "entry_time": "2026-01-06T00:30:00.000Z",
+        "registration_id": "R-8", "final": True, "source": "speed",
+    }]  # fmt: skip
+
+
+def test_speed_windows_are_final_once_the_watermark_passes_their_end(client: TestClient) -> None:
+    rows = client.get("/v1/stats", params=DAY, headers=KEY).json()["rows"]
+    assert [(r["booth_id"], r["window_start"][11:16], r["final"], r["source"]) for r in rows] == [
+        ("b1", "23:50", True, "batch"), ("b1", "23:55", True, "batch"),
+        ("b1", "00:00", True, "speed"), ("b1", "00:05", True, "speed"),
+        ("b2", "10:00", True, "batch"), ("b3", "01:00", False, "speed"),
+    ]  # fmt: skip
+    hourly = client.get("/v1/stats", params={**DAY, "granularity": "1h"}, headers=KEY).json()
+    assert [(r["booth_id"], r["window_start"][11:16], r["final"]) for r in hourly["rows"]] == [
+        ("b1", "23:00", True), ("b1", "00:00", True), ("b2", "10:00", True), ("b3", "01:00", False),
+    ]  # fmt: skip
 
 
 def test_status_health_and_metrics(client: TestClient) -> None:

@@ -8,12 +8,14 @@ from typing import Any
 
 from shared.domain.merge import (
     Source,
+    best_candidates,
     bucket_start,
+    final_cut,
     merge_at_horizon,
     roll_up,
     sources_for,
 )
-from shared.domain.view_specs import BOOTH_STATS
+from shared.domain.view_specs import BOOTH_STATS, DIAGNOSTICS, EXPIRED_REGISTRATIONS, VEHICLE_TRIPS
 
 
 def at(text: str) -> datetime:
@@ -134,3 +136,50 @@ def test_the_stores_a_range_needs() -> None:
     assert sources_for(day, next_day, None) == (Source.SPEED,)  # no batch version yet
     assert sources_for(day, day, H) == ()  # an empty range needs no store
     assert sources_for(H, H, None) == ()
+
+
+def test_a_speed_row_is_final_once_the_watermark_passes_its_views_rule() -> None:
+    durations = {"window": timedelta(minutes=5), "max_trip": timedelta(hours=1)}
+    w = at("2026-01-06T02:00")
+    assert final_cut(BOOTH_STATS, w, durations) == w  # window_end <= W
+    assert final_cut(VEHICLE_TRIPS, w, durations) == at("2026-01-06T01:00")  # entry + max_trip
+    assert final_cut(EXPIRED_REGISTRATIONS, w, durations) == w  # entry_time <= W
+    assert final_cut(DIAGNOSTICS, w, durations) == at("2026-01-06T01:55")  # start + window
+    assert final_cut(BOOTH_STATS, None, durations) is None
+    rows = merge_at_horizon(BOOTH_STATS, BATCH, SPEED, H, final_before=at("2026-01-06T00:05"))
+    assert [(row["window_start"], row["final"], row["source"]) for row in rows] == [
+        (at("2026-01-05T23:50"), True, "batch"), (at("2026-01-05T23:55"), True, "batch"),
+        (at("2026-01-06T00:00"), True, "speed"),  # ends at 00:05
+        (at("2026-01-06T00:05"), False, "speed"),
+    ]  # fmt: skip
+    hour = roll_up(BOOTH_STATS, rows, timedelta(hours=1))
+    assert [(row["window_start"], row["final"]) for row in hour] == [
+        (at("2026-01-05T23:00"), True), (at("2026-01-06T00:00"), False),
+    ]  # fmt: skip
+
+
+def candidate(entry: str, recorded: str, registration_id: str, expired: bool) -> dict[str, Any]:
+    return {
+        "booth_id": "b1", "license_plate": "P1", "entry_time": at(entry),
+        "registration_time": at(recorded), "registration_id": registration_id,
+        "registration_event_id": registration_id.lower(), "expired": expired,
+    }  # fmt: skip
+
+
+def test_the_best_candidate_per_view_key_is_the_row_if_it_is_shown() -> None:
+    alerts = best_candidates(EXPIRED_REGISTRATIONS, [
+        candidate("2026-01-05T10:00", "2025-01-01T00:00", "R1", True),
+        candidate("2026-01-05T10:00", "2025-06-01T00:00", "R2", False),  # later, valid: no alert
+        candidate("2026-01-05T11:00", "2025-06-01T00:00", "R3", False),
+        candidate("2026-01-05T11:00", "2025-06-01T00:00", "R4", True),  # same time, greater id
+    ])  # fmt: skip
+    assert alerts == [{
+        "booth_id": "b1", "license_plate": "P1", "entry_time": at("2026-01-05T11:00"),
+        "registration_id": "R4",
+    }]  # fmt: skip
+    trip = {"booth_id": "b1", "license_plate": "P1", "entry_time": at("2026-01-05T10:00")}
+    trips = best_candidates(VEHICLE_TRIPS, [
+        {**trip, "exit_time": at("2026-01-05T10:30"), "duration_seconds": 1800.0},
+        {**trip, "exit_time": at("2026-01-05T10:20"), "duration_seconds": 1200.0},
+    ])  # fmt: skip
+    assert trips == [{**trip, "exit_time": at("2026-01-05T10:20"), "duration_seconds": 1200.0}]

@@ -28,7 +28,7 @@ from batch_layer.publish import empty_store_tables, publish_version
 from serving.batch_reader import BatchSnapshot
 from serving.queries import ViewQuery, encoded_rows, naive_utc, rolled_up_rows
 from serving.responses import encode_rows, reads_on_event_loop
-from serving.speed_tables import SpeedTables
+from serving.speed_tables import SpeedTables, speed_columns
 from shared.domain.merge import Row, Source, merge_at_horizon, roll_up, sources_for
 from shared.domain.view_specs import BOOTH_STATS, VEHICLE_TRIPS, VIEW_BY_NAME
 from shared.platform.batch_store import STORE_TABLE_BY_NAME, read_current
@@ -97,21 +97,28 @@ def reference_rows(
         [f'"{query.view.time_column}" >= ?', f'"{query.view.time_column}" < ?']
         + [f'"{column}" = ?' for column, _ in filters]
     )
-    columns = ", ".join(f'"{name}"' for name in table.column_names)
 
-    def read(cursor: duckdb.DuckDBPyConnection) -> list[Row]:
+    def read(cursor: duckdb.DuckDBPyConnection, names: list[str]) -> list[Row]:
         params = [naive_utc(query.start), naive_utc(query.end), *(value for _, value in filters)]
+        columns = ", ".join(f'"{name}"' for name in names)
         try:
             found = cursor.execute(f'SELECT {columns} FROM "{table.name}" WHERE {where}', params)
-            return [
-                dict(zip(table.column_names, values, strict=True)) for values in found.fetchall()
-            ]
+            return [dict(zip(names, values, strict=True)) for values in found.fetchall()]
         finally:
             cursor.close()
 
     horizon = naive_utc(batch.version.horizon) if batch is not None else None
-    batch_rows = read(batch.cursor()) if batch is not None else []
-    rows = merge_at_horizon(query.view, batch_rows, read(speed.cursor()), horizon)
+    batch_rows = read(batch.cursor(), list(table.column_names)) if batch is not None else []
+    # the speed table holds each view key's best candidate; one not shown is no row
+    candidates = query.view.candidates
+    shown_if = candidates.shown_if if candidates is not None else None
+    speed_rows = [
+        {name: row[name] for name in table.column_names}
+        for row in read(speed.cursor(), [name for name, _ in speed_columns(query.view)])
+        if shown_if is None or row[shown_if]
+    ]
+    final_before = naive_utc(query.final_before) if query.final_before is not None else None
+    rows = merge_at_horizon(query.view, batch_rows, speed_rows, horizon, final_before)
     if size is not None:
         rows = roll_up(query.view, rows, size)
     rows.sort(key=lambda row: tuple(row[name] for name in table.key))
@@ -148,7 +155,8 @@ def test_duckdb_json_is_what_the_merge_path_encodes(
     sources: str,
 ) -> None:
     batch, speed = stores
-    query = ViewQuery(VIEW_BY_NAME[view], start, end, {}, limit)
+    spec = VIEW_BY_NAME[view]
+    query = ViewQuery(spec, start, end, {}, limit, speed.final_before(spec, speed.watermark))
     assert "+".join(sources_for(start, end, HORIZON)) == sources
     encoded = encoded_rows(query, batch, speed)
     rows = json.loads(encoded.json)

@@ -31,7 +31,8 @@ def test_defaults_are_those_of_the_design() -> None:
     assert settings.topics.dead_letters == "dead.letters"
     assert settings.serving.api_keys == []
     assert settings.speed.trigger == timedelta(seconds=1)
-    assert settings.speed.lookup_trigger == timedelta(seconds=10)
+    assert settings.speed.lookup_trigger == timedelta(seconds=2)
+    assert settings.speed.diagnostics_trigger == timedelta(seconds=10)
 
 
 def test_environment_overrides_with_the_names_the_design_fixes(

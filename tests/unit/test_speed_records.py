@@ -26,7 +26,7 @@ def compilations(spark: SparkSession) -> int:
     return int(metrics.METRIC_COMPILATION_TIME().getCount())
 
 
-def test_a_record_holds_the_views_key_and_columns_and_the_batch_id_as_a_json_integer(
+def test_a_candidate_record_is_keyed_by_the_view_key_and_its_rank_with_the_batch_id_an_integer(
     spark: SparkSession,
 ) -> None:
     [record] = speed_records(VEHICLE_TRIPS, trips(spark), 7).collect()
@@ -35,6 +35,7 @@ def test_a_record_holds_the_views_key_and_columns_and_the_batch_id_as_a_json_int
         "booth_id": "B01",
         "license_plate": "AB-123",
         "entry_time": "2026-01-05T06:00:00.000Z",
+        "exit_time": "2026-01-05T06:12:00.000Z",  # a trip's candidates: one per exit
     }
     value = json.loads(record.value, parse_float=Decimal)
     assert value == {

@@ -55,6 +55,70 @@ def test_an_equal_batch_replaces_and_a_newer_one_after_an_older_poll_wins() -> N
     assert rows(tables) == [(datetime(2026, 1, 5, 6), 6, Decimal("9.50"), 3)]
 
 
+def registration(
+    entry: str, recorded: str, registration_id: str, expired: bool, batch_id: int
+) -> tuple[bytes, bytes]:
+    """An expired_registrations candidate of plate P1's entry at b1 on 2026-01-05."""
+    value: dict[str, Any] = {
+        "booth_id": "b1", "license_plate": "P1", "entry_time": f"2026-01-05T{entry}:00.000Z",
+        "registration_id": registration_id, "registration_time": f"{recorded}T00:00:00.000Z",
+        "registration_event_id": registration_id.lower(), "expired": expired,
+        "batch_id": batch_id,
+    }  # fmt: skip
+    return f"{entry}|{registration_id}".encode(), json.dumps(value).encode()
+
+
+def shown_alerts(tables: SpeedTables) -> list[tuple[Any, ...]]:
+    cursor = tables.cursor()
+    try:
+        return cursor.execute(
+            "SELECT entry_time, registration_id FROM expired_registrations WHERE expired "
+            "ORDER BY entry_time"
+        ).fetchall()
+    finally:
+        cursor.close()
+
+
+def test_the_latest_registration_at_entry_decides_whatever_order_or_batch_it_comes_in() -> None:
+    tables = SpeedTables()
+    # 10:00: an expired registration raises the alert, a later valid one withdraws it
+    tables.apply("expired_registrations", [registration("10:00", "2025-01-01", "R1", True, 5)])
+    assert shown_alerts(tables) == [(datetime(2026, 1, 5, 10), "R1")]
+    tables.apply("expired_registrations", [registration("10:00", "2025-06-01", "R2", False, 3)])
+    assert shown_alerts(tables) == []
+    # the withdrawn candidate again (a replay, a newer batch) does not bring the alert back
+    tables.apply("expired_registrations", [registration("10:00", "2025-01-01", "R1", True, 9)])
+    assert shown_alerts(tables) == []
+    # 11:00: the two in one poll, the winner first; equal times: the greater id wins
+    tables.apply("expired_registrations", [
+        registration("11:00", "2025-06-01", "R4", True, 6),
+        registration("11:00", "2025-06-01", "R3", False, 6),
+    ])  # fmt: skip
+    assert shown_alerts(tables) == [(datetime(2026, 1, 5, 11), "R4")]
+
+
+def trip(exit_at: str, batch_id: int) -> tuple[bytes, bytes]:
+    value = {
+        "booth_id": "b1", "license_plate": "P1", "entry_time": "2026-01-05T10:00:00.000Z",
+        "exit_time": f"2026-01-05T{exit_at}:00.000Z", "duration_seconds": 60.0,
+        "batch_id": batch_id,
+    }  # fmt: skip
+    return exit_at.encode(), json.dumps(value).encode()
+
+
+def test_the_earliest_exit_ends_a_trip_whatever_order_or_batch_it_comes_in() -> None:
+    tables = SpeedTables()
+    tables.apply("vehicle_trips", [trip("10:30", 2)])
+    tables.apply("vehicle_trips", [trip("10:20", 1), trip("10:40", 3)])
+    tables.apply("vehicle_trips", [trip("10:25", 7)])
+    cursor = tables.cursor()
+    try:
+        held = cursor.execute("SELECT exit_time, batch_id FROM vehicle_trips").fetchall()
+    finally:
+        cursor.close()
+    assert held == [(datetime(2026, 1, 5, 10, 20), 1)]
+
+
 def test_prune_deletes_the_rows_before_the_bound_in_every_view() -> None:
     tables = SpeedTables()
     tables.apply("booth_stats", [

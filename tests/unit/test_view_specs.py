@@ -26,6 +26,7 @@ from shared.domain.view_specs import (
     Aggregate,
     Column,
     ColumnType,
+    Final,
     RollUp,
     ViewSpec,
 )
@@ -66,8 +67,8 @@ def test_both_stores_keep_rows_in_the_view_key_order() -> None:
     table = StoreTable.of(WITH_MAX_TOLL)
     assert table.key == ("booth_id", "window_start")
     assert table.date_column == "window_start"
-    assert _speed_ddl(table).endswith(
-        '"max_toll" DECIMAL(18,2) NOT NULL, batch_id BIGINT NOT NULL, '
+    assert _speed_ddl(WITH_MAX_TOLL).endswith(
+        '"max_toll" DECIMAL(18,2) NOT NULL, "batch_id" BIGINT NOT NULL, '
         'PRIMARY KEY ("booth_id", "window_start"))'
     )
 
@@ -103,14 +104,14 @@ def test_the_api_row_has_the_new_column_with_its_type_and_description() -> None:
     assert model.__name__ == "BoothStatsRow"
     assert list(schema["properties"]) == [
         "booth_id", "window_start", "window_end", "vehicle_count", "total_toll",
-        "first_entry_time", "last_entry_time", "max_toll", "source",
+        "first_entry_time", "last_entry_time", "max_toll", "final", "source",
     ]  # fmt: skip
     assert schema["properties"]["max_toll"]["description"] == "the highest toll"
     row = model.model_validate(
         {"booth_id": "B01", "window_start": "2026-01-05T06:00:00Z",
          "window_end": "2026-01-05T06:05:00Z", "vehicle_count": 2, "total_toll": "3.50",
          "first_entry_time": "2026-01-05T06:01:00Z", "last_entry_time": "2026-01-05T06:04:00Z",
-         "max_toll": "2.25", "source": "speed"}
+         "max_toll": "2.25", "final": False, "source": "speed"}
     )  # fmt: skip
     assert json.loads(row.model_dump_json())["max_toll"] == "2.25"
     with pytest.raises(ValueError, match="max_toll"):
@@ -141,9 +142,14 @@ def test_the_new_column_rolls_up_in_sql_and_in_the_merge_alike() -> None:
     assert bucket == (
         "B01", datetime(2026, 1, 5, 6, 0), 3, Decimal("7.50"),
         datetime(2026, 1, 5, 6, 1), datetime(2026, 1, 5, 6, 7), Decimal("4.00"),
+        False,  # no speed watermark yet: not final
     )  # fmt: skip
     typed = [
-        {**dict(zip(WITH_MAX_TOLL.column_names, row, strict=True)), "source": "speed"}
+        {
+            **dict(zip(WITH_MAX_TOLL.column_names, row, strict=True)),
+            "final": False,
+            "source": "speed",
+        }
         for row in rows
     ]
     [merged] = roll_up(WITH_MAX_TOLL, typed, timedelta(hours=1))
@@ -155,7 +161,10 @@ def test_the_new_column_rolls_up_in_sql_and_in_the_merge_alike() -> None:
 
 def test_a_spec_naming_a_column_it_does_not_have_is_refused() -> None:
     with pytest.raises(ValueError, match="no column or a repeated one"):
-        ViewSpec("v", (Column("a", ColumnType.TEXT),), key=("b",), time_column="a", api_row="R")
+        ViewSpec(
+            "v", (Column("a", ColumnType.TEXT),), key=("b",), time_column="a", api_row="R",
+            final=Final("a"),
+        )  # fmt: skip
 
 
 def test_each_view_function_yields_the_columns_its_spec_declares(spark: SparkSession) -> None:
