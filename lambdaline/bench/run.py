@@ -15,9 +15,11 @@ Steps, on a broker of its own (free ports, a temporary state folder):
    batch truth, over the rows the speed layer has finalised, with the late-dropped
    counts and dead letters that explain the difference;
 6. **serving**: ``lambdaline serve`` under an open-loop booth-day load;
-7. **freshness**: with the continuous speed job running, probe entries are sent
-   and timed until the API shows them (event sent -> visible through the API);
-   the batch layer's freshness is its schedule period plus its runtime.
+7. **freshness**: with the continuous speed job running and the demo's traffic
+   sent in real time, probes are timed until the API shows their rows, per view
+   (``lambdaline.bench.freshness``: booth_stats and an alert from the entry's
+   send(), a trip from the exit's); the batch layer's freshness is its schedule
+   period plus its runtime.
 
 CPU seconds come from the kernel's accounting of each process (``/proc``,
 ``getrusage``), never from wall time. Everything started is stopped by pid.
@@ -30,11 +32,9 @@ import json
 import os
 import secrets
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,7 @@ from pydantic import TypeAdapter
 from rich.console import Console
 
 from batch_layer.run import batch_spark_session, run_batch
+from lambdaline.bench.freshness import FreshnessProbes
 from lambdaline.bench.load import open_loop
 from lambdaline.bench.measure import (
     TreeCpu,
@@ -62,15 +63,9 @@ from lambdaline.processes import Supervisor, log_tail, wait_until_answers
 from serving.speed_consumer import SpeedConsumer
 from serving.speed_tables import SpeedTables
 from shared.domain.events import (
-    BoothId,
-    EventId,
-    LicensePlate,
-    Toll,
-    TollEntry,
-    encode_event,
     format_instant,
 )
-from shared.domain.view_specs import VIEW_NAMES
+from shared.domain.view_specs import VIEW_BY_NAME, VIEW_NAMES
 from shared.platform.batch_store import STORE_TABLE_BY_NAME, read_current, version_file
 from shared.platform.jvm import pom_properties
 from shared.platform.kafka_admin import kafka_consumer, kafka_producer
@@ -82,7 +77,6 @@ RECORDS_PER_ENTRY = 2.06
 """Records the generator sends per entry with its default fractions (measured)."""
 START = datetime(2026, 1, 5, tzinfo=UTC)
 DATA_DAYS = 2
-PROBE_BOOTH = "bench-probe"
 
 
 class BenchError(RuntimeError):
@@ -306,6 +300,8 @@ class Bench:
     @staticmethod
     def _compare(cursor: Any, view: str, cutoff: datetime) -> dict[str, int]:
         table = STORE_TABLE_BY_NAME[view]
+        candidates = VIEW_BY_NAME[view].candidates  # a withdrawn candidate is no row
+        shown = f' AND "{candidates.shown_if}"' if candidates and candidates.shown_if else ""
         values = [name for name, _ in table.columns if name not in table.key]
         on = " AND ".join(f'b."{k}" = s."{k}"' for k in table.key)
         same = " AND ".join(f'b."{v}" IS NOT DISTINCT FROM s."{v}"' for v in values) or "TRUE"
@@ -314,7 +310,7 @@ class Bench:
         row = cursor.execute(
             f"""
             WITH b AS (SELECT * FROM truth."{view}" WHERE "{time_column}" < $cutoff),
-                 s AS (SELECT * FROM "{view}" WHERE "{time_column}" < $cutoff)
+                 s AS (SELECT * FROM "{view}" WHERE "{time_column}" < $cutoff{shown})
             SELECT count(*) FILTER (WHERE b."{first}" IS NOT NULL AND s."{first}" IS NOT NULL
                                       AND {same}),
                    count(*) FILTER (WHERE b."{first}" IS NOT NULL AND s."{first}" IS NOT NULL
@@ -382,66 +378,42 @@ class Bench:
         self.results["serving"] = serving_summary(ramp)
 
     def _freshness(self, client: httpx2.Client) -> None:
-        horizon = datetime.combine(self.run_date + timedelta(days=1), datetime.min.time(), UTC)
-        self.step("freshness: continuous speed job, probe entries timed until the API shows them")
+        demo = self.settings.demo
+        traffic = demo.traffic * demo.speedup  # entries per real second, as the demo sends
+        self.step(
+            f"freshness: continuous speed job, the demo's traffic ({traffic:g} entries/s) in "
+            f"real time, probes timed until the API shows their rows"
+        )
         self.children.spawn("speed-continuous", "speed", "run")
+        self.children.spawn(
+            "traffic", "generate", "--events", str(10**12), "--start", "now", "--speedup", "1",
+            "--traffic", f"{traffic:g}", "--seed", str(self.options.seed + 1), "--workers", "1",
+        )  # fmt: skip
         producer = kafka_producer(self.settings.kafka, "lambdaline-bench", linger_ms=0)
-        seen: dict[str, float] = {}
-        stop = threading.Event()
-        window = {"from": format_instant(horizon), "to": format_instant(horizon + timedelta(1))}
-
-        def watch() -> None:
-            while not stop.is_set():
-                try:
-                    response = client.get(f"/v1/booths/{PROBE_BOOTH}/stats", params=window)
-                    if response.status_code == 200:
-                        for row in response.json()["rows"]:
-                            seen.setdefault(row["window_start"], time.monotonic())
-                except httpx2.TransportError:
-                    pass
-                stop.wait(0.05)
-
-        def probe(n: int) -> tuple[str, float]:
-            at = horizon + n * self.settings.views.window + timedelta(seconds=30)
-            entry = TollEntry(
-                event_id=EventId(f"probe-{n}-{secrets.token_hex(4)}"),
-                booth_id=BoothId(PROBE_BOOTH),
-                entry_time=at, license_plate=LicensePlate("PROBE-1"), state="NY", make="Ford",
-                model="Focus", vehicle_type=1, weight_kg=1200.0, toll=Toll(Decimal("2.50")), tag="",
-            )  # fmt: skip
-            timestamp = int(at.timestamp() * 1000) + 100
-            producer.send(
-                self.settings.topics.entries, key=b"PROBE-1", value=encode_event(entry),
-                timestamp_ms=timestamp,
-            )  # fmt: skip
-            producer.flush()
-            return format_instant(at - timedelta(seconds=30)), time.monotonic()
-
-        watcher = threading.Thread(target=watch, daemon=True)
-        watcher.start()
         try:
-            first_window, _ = probe(0)  # the job's start-up: wait until it answers at all
-            deadline = time.monotonic() + 300
-            while first_window not in seen and time.monotonic() < deadline:
-                time.sleep(0.1)
-            if first_window not in seen:
-                raise BenchError("the continuous speed job showed no probe within 300 s")
-            sent = []
-            for n in range(1, self.options.probes + 1):
-                time.sleep(self.options.probe_interval_s)
-                sent.append(probe(n))
-            deadline = time.monotonic() + 180
-            while any(w not in seen for w, _ in sent) and time.monotonic() < deadline:
-                time.sleep(0.1)
+            with FreshnessProbes(self.settings, client, producer) as probes:
+                # the job's start-up: wait until it answers at all
+                if not probes.wait_seen([probes.send()], 300):
+                    raise BenchError("the continuous speed job showed no probe within 300 s")
+                sent = []
+                for _ in range(self.options.probes):
+                    time.sleep(self.options.probe_interval_s)
+                    sent.append(probes.send())
+                probes.wait_seen(sent, 180)
+                latencies = probes.latencies(sent)
         finally:
-            stop.set()
-            watcher.join()
             producer.close()
-        latencies = [seen[w] - at for w, at in sent if w in seen]
         speed = self.results["speed"]
-        speed["freshness_s"] = _quantiles(latencies, 0.5, 0.95, 0.99)
-        speed["freshness_samples_s"] = [round(x, 3) for x in latencies]
-        speed["freshness_not_seen"] = len(sent) - len(latencies)
+        speed["freshness_traffic_entries_per_s"] = traffic
+        speed["freshness_s"] = {
+            view: _quantiles(samples, 0.5, 0.95, 0.99) for view, samples in latencies.items()
+        }
+        speed["freshness_samples_s"] = {
+            view: [round(x, 3) for x in samples] for view, samples in latencies.items()
+        }
+        speed["freshness_not_seen"] = {
+            view: len(sent) - len(samples) for view, samples in latencies.items()
+        }
 
     # --- the whole run ---------------------------------------------------------------------
     def run(self) -> dict[str, Any]:

@@ -40,9 +40,14 @@ def test_bench_writes_results_report_and_charts(tmp_path: Path) -> None:
     speed = results["speed"]
     for name in ("events_per_s", "events_per_cpu_s"):
         assert speed[name] > 0
-    assert set(speed["freshness_s"]) == {"p50", "p95", "p99"}
-    assert len(speed["freshness_samples_s"]) == 2 and speed["freshness_not_seen"] == 0
-    assert 0 < speed["freshness_s"]["p50"] <= speed["freshness_s"]["p99"]
+    probed = {"booth_stats", "vehicle_trips", "expired_registrations"}
+    assert set(speed["freshness_s"]) == set(speed["freshness_samples_s"]) == probed
+    for view in probed:  # each of the 2 probes seen in every view, timed from its send()
+        assert set(speed["freshness_s"][view]) == {"p50", "p95", "p99"}
+        assert len(speed["freshness_samples_s"][view]) == 2, view
+        assert speed["freshness_not_seen"][view] == 0, view
+        assert 0 < speed["freshness_s"][view]["p50"] <= speed["freshness_s"][view]["p99"]
+    assert speed["freshness_traffic_entries_per_s"] > 0
     assert set(speed["microbatch_s"]) == {"p50", "p99"} and speed["microbatch_s"]["p50"] > 0
     # the micro-batches are a part of the run: start-up comes before the first
     assert 0 < speed["microbatch_span_s"] < speed["wall_s"]
