@@ -9,8 +9,9 @@ rows from it. A range wholly on one side reads one store.
 
 A response that is not rolled up is written by DuckDB (:func:`encoded_rows`):
 each row comes as a JSON object of its wire values (instants formatted with
-``shared.domain.events.INSTANT_STRFTIME``, money as a string) tagged with its store's
-``source``. Python only joins the strings, and interleaves the two sides by key
+``shared.domain.events.INSTANT_STRFTIME``, money as a string), whether it is
+``final`` (the view's rule against the query's ``final_before``) and its
+store's ``source``. Python only joins the strings, and interleaves the two sides by key
 when a range straddles the horizon. Formatting ~1,000 datetimes per 288-row
 response in Python, building the row dicts and ``json.dumps`` cost most of a
 miss's CPU and held the GIL; DuckDB's ``to_json`` runs without it.

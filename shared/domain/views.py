@@ -278,8 +278,8 @@ def missing_exits(entries: DataFrame, exits: DataFrame, max_trip: timedelta) -> 
 
 
 def unmatched_entries(matches: DataFrame, keep: Sequence[str] = ()) -> DataFrame:
-    """Diagnostic rows for the entries a left outer :func:`trip_matches` (or
-    :func:`exit_at_entry`) found no exit for (plus the ``keep`` columns)."""
+    """Diagnostic rows for the entries a left outer :func:`trip_matches` found no exit
+    for (plus the ``keep`` columns)."""
     return matches.where(F.col("exit_time").isNull()).select(
         *keep, "booth_id", "entry_time", F.lit(DiagnosticReason.MISSING_EXIT.value).alias("reason")
     )
