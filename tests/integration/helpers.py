@@ -111,7 +111,10 @@ def speed_view(settings: Settings, view: str) -> dict[str, dict[str, Any]]:
             spec, [json.loads(record.value, parse_float=Decimal) for record in records]
         )
         key = [name for name in spec.key]
-        return {json.dumps({n: row[n] for n in key}, separators=(",", ":")): row for row in rows}
+        return {
+            json.dumps({n: row[n] for n in key}, separators=(",", ":"), ensure_ascii=False): row
+            for row in rows
+        }
     latest: dict[str, dict[str, Any]] = {}
     for record in records:
         value = json.loads(record.value, parse_float=Decimal)
