@@ -43,7 +43,9 @@ from batch_layer import hadoop_files, ingest_log
 from shared.domain.events import EVENT_TYPES, EventType
 from shared.domain.validation import (
     DEAD_LETTER_SCHEMA,
+    RAW_COLUMNS,
     SOURCE_COLUMNS,
+    bounded_raw,
     classify_records,
     split_classified,
 )
@@ -82,7 +84,7 @@ def ingest_checkpoint(settings: Settings) -> str:
 
 def _source_fields() -> list[T.StructField]:
     by_name = {column.name: column for column in DEAD_LETTER_SCHEMA.fields}
-    return [by_name[name] for name in (*SOURCE_COLUMNS, "key", "value")]
+    return [by_name[name] for name in (*SOURCE_COLUMNS, *RAW_COLUMNS)]
 
 
 def master_schema(event_type: EventType) -> T.StructType:
@@ -315,7 +317,9 @@ def _ingest_batch(
         ).persist()
         try:
             records = classified.count()
-            decoded = split_classified(classified, settings.topics, keep_raw=True)
+            decoded = split_classified(
+                classified, settings.topics, settings.views.dead_letter_bytes, keep_raw=True
+            )
             for event_type in EVENT_TYPES:
                 events = decoded.of(event_type).select(
                     "*",
@@ -419,4 +423,16 @@ def read_dead_letters(spark: SparkSession, settings: Settings, dates: Iterable[d
     if not wanted or not hadoop_files.glob(spark, location):
         return spark.createDataFrame([], MASTER_DEAD_LETTER_SCHEMA)
     frame = spark.read.schema(MASTER_DEAD_LETTER_SCHEMA).parquet(location)
-    return frame.where(F.col(RECORD_DATE).isin(wanted))
+    return _bounded_raw(frame.where(F.col(RECORD_DATE).isin(wanted)), settings)
+
+
+def _bounded_raw(dead_letters: DataFrame, settings: Settings) -> DataFrame:
+    """Dead letters with their raw bytes bounded as ``split_classified`` bounds them:
+    a master dataset of an earlier release stored them whole (and no length or hash)."""
+    bounded = {}
+    for name in RAW_COLUMNS:
+        prefix, length, sha256 = bounded_raw(name, settings.views.dead_letter_bytes)
+        bounded[name] = prefix
+        bounded[f"{name}_length"] = F.coalesce(F.col(f"{name}_length"), length)
+        bounded[f"{name}_sha256"] = F.coalesce(F.col(f"{name}_sha256"), sha256)
+    return dead_letters.withColumns(bounded)

@@ -118,8 +118,20 @@ def _copy_table(
     connection.register("fresh_rows", fresh)
     sources = [f"SELECT {columns} FROM fresh_rows"]
     if has_previous:
+        # a version of an earlier release may lack a column added since: null there
+        had = {
+            row[0]
+            for row in connection.execute(
+                "SELECT column_name FROM duckdb_columns() "
+                "WHERE database_name = 'previous' AND table_name = ?",
+                [table.name],
+            ).fetchall()
+        }
+        kept = ", ".join(
+            f'"{name}"' if name in had else f'NULL AS "{name}"' for name in table.column_names
+        )
         sources.append(
-            f'SELECT {columns} FROM previous."{table.name}" '
+            f'SELECT {kept} FROM previous."{table.name}" '
             f'WHERE CAST("{table.date_column}" AS DATE) NOT IN (SELECT day FROM recomputed)'
         )
     union = " UNION ALL ".join(sources)

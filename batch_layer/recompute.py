@@ -80,9 +80,11 @@ def _days(first: date, last: date) -> set[date]:
     return {first + timedelta(days=n) for n in range((last - first).days + 1)}
 
 
-def trip_days(max_trip: timedelta) -> int:
-    """How many days after its entry a trip's exit may fall on."""
-    return math.ceil(max_trip / timedelta(days=1))
+def days_spanned(duration: timedelta) -> int:
+    """How many days after its start's date a span this long may end on (``max_trip``:
+    a trip's exit after its entry; ``registration_lookback``: the last entry a
+    registration applies to)."""
+    return math.ceil(duration / timedelta(days=1))
 
 
 def dates_to_recompute(
@@ -93,6 +95,7 @@ def dates_to_recompute(
     published_ingest_batch: int | None,
     lookback_days: int,
     max_trip: timedelta,
+    registration_lookback: timedelta,
     views_changed: bool = False,
 ) -> list[date]:
     """The event dates <= run_date whose rows the next version must recompute.
@@ -107,7 +110,8 @@ def dates_to_recompute(
 
     Records change these dates: an entry its own date; an exit its date and the
     ``max_trip`` days before (the trips it may end); a registration its date
-    and every later date (it applies to later entries); a dead letter its date.
+    and the ``registration_lookback`` days after (the entries it may apply
+    to); a dead letter its date.
     """
     if views_changed:
         last = (
@@ -123,9 +127,10 @@ def dates_to_recompute(
     touched = set(inventory.touched(TOLL_ENTRY.name, after))
     touched |= inventory.touched(DEAD_LETTERS, after)
     for day in inventory.touched(TOLL_EXIT.name, after):
-        touched |= _days(day - timedelta(days=trip_days(max_trip)), day)
+        touched |= _days(day - timedelta(days=days_spanned(max_trip)), day)
     for day in inventory.touched(VEHICLE_REGISTRATION.name, after):
-        touched |= _days(day, max(day, run_date))
+        last_applied = day + timedelta(days=days_spanned(registration_lookback))
+        touched |= _days(day, max(day, min(last_applied, run_date)))
 
     # by distance, not by a first date: any lookback is valid (a huge one recomputes everything)
     lookback = {day for day in with_data if (run_date - day).days < lookback_days}
@@ -166,21 +171,33 @@ def recompute(
 
     The frames are lazy and share persisted inputs: collect them, then call
     :func:`release`. Entries are read for these dates, exits up to ``max_trip``
-    days later, registrations from every date up to the last one.
+    days later, registrations from ``registration_lookback`` days before the
+    first to the last.
     """
-    last = max(dates, default=date.min)
+    views_settings = settings.views
+    first, last = min(dates, default=date.min), max(dates, default=date.min)
     exit_dates = {
         day + timedelta(days=n)
         for day in dates
-        for n in range(trip_days(settings.views.max_trip) + 1)
+        for n in range(days_spanned(views_settings.max_trip) + 1)
     }
+    lookback_days = days_spanned(views_settings.registration_lookback)
     registration_dates = {
-        day for day, _ in inventory.parts.get(VEHICLE_REGISTRATION.name, ()) if day <= last
+        day
+        for day, _ in inventory.parts.get(VEHICLE_REGISTRATION.name, ())
+        if (day - first).days >= -lookback_days and day <= last
     }
     entries = _events(spark, settings, TOLL_ENTRY, dates, persist=True)
     exits = _events(spark, settings, TOLL_EXIT, exit_dates)
     registrations = _events(spark, settings, VEHICLE_REGISTRATION, registration_dates)
-    views = all_views(entries, exits, registrations, settings.views.window, settings.views.max_trip)
+    views = all_views(
+        entries,
+        exits,
+        registrations,
+        views_settings.window,
+        views_settings.max_trip,
+        views_settings.registration_lookback,
+    )
     views[DEAD_LETTERS] = master.read_dead_letters(spark, settings, dates)
     return views
 

@@ -201,6 +201,7 @@ def run_batch(
                 published_ingest_batch=published.ingest_batch if published else None,
                 lookback_days=lookback_days,
                 max_trip=settings.views.max_trip,
+                registration_lookback=settings.views.registration_lookback,
                 views_changed=report.views_changed,
             )
             report.recomputed_dates = dates

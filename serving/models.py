@@ -93,6 +93,18 @@ def response_model(view: ViewSpec) -> type[BaseModel]:
     return _RESPONSE_MODELS[view.name]
 
 
+class StateOperator(BaseModel):
+    operator: str = Field(
+        description="Spark's name of a stateful operator (symmetricHashJoin, stateStoreSave, "
+        "dedupeWithinWatermark), numbered where a query has several"
+    )
+    rows: int | None = Field(None, description="rows in its state, over every partition")
+    memory_bytes: int | None = Field(None, description="memory its state stores use")
+    disk_bytes: int | None = Field(
+        None, description="its state at rest (RocksDB: SST files on local disk)"
+    )
+
+
 class StatusResponse(BaseModel):
     batch_version: int | None
     horizon: Instant | None
@@ -105,6 +117,9 @@ class StatusResponse(BaseModel):
     )
     speed_caught_up: bool
     speed_row_counts: dict[str, int]
+    speed_state: dict[str, list[StateOperator]] = Field(
+        description="each speed query's stateful operators, from its latest progress report"
+    )
     speed_records_rejected: int = Field(
         description="speed-store records skipped since start: not rows of their view "
         "(the log names the first ones by topic, partition and offset)"

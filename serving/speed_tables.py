@@ -197,6 +197,15 @@ def _view_settings(value: object) -> dict[str, str]:
     return {str(name): text for name, text in value.items()}
 
 
+def _state_operators(value: object) -> list[dict[str, Any]]:
+    """A progress record's ``state_operators``: a list of objects naming an operator."""
+    if not isinstance(value, list) or not all(
+        isinstance(op, dict) and isinstance(op.get("operator"), str) for op in value
+    ):
+        raise TypeError(f"state_operators is {value!r}, not a list of operators")
+    return value
+
+
 class SpeedTables:
     """In-process DuckDB tables of the speed views; safe to read while a consumer writes."""
 
@@ -210,6 +219,8 @@ class SpeedTables:
         self.watermarks: dict[str, datetime] = {}
         self.view_settings_by_query: dict[str, dict[str, str]] = {}
         """Each query's ``view_settings`` as its latest progress record gave them."""
+        self.state_by_query: dict[str, list[dict[str, Any]]] = {}
+        """Each query's stateful operators as its latest progress record gave them."""
         self.rejected = 0
         """Records skipped as not rows of their view (or not progress reports)."""
         for view in VIEWS:
@@ -302,6 +313,7 @@ class SpeedTables:
         created again)."""
         self.watermarks = {}  # new dicts: readers may be iterating the old ones
         self.view_settings_by_query = {}
+        self.state_by_query = {}
 
     def note_progress(self, raw: bytes | None) -> None:
         """Record a query's event-time watermark and view settings from a
@@ -315,6 +327,7 @@ class SpeedTables:
             query, watermark = progress["query"], progress.get("watermark")
             moment = stored_instant(watermark) if watermark else None
             view_settings = _view_settings(progress["view_settings"])
+            state = _state_operators(progress.get("state_operators", []))
         except (ValueError, TypeError, KeyError, AttributeError) as error:
             self.rejected += 1
             why = f"{type(error).__name__}: {error}"
@@ -322,6 +335,7 @@ class SpeedTables:
         if moment is not None and moment > datetime(1970, 1, 1):  # 0: no data yet
             self.watermarks[str(query)] = moment
         self.view_settings_by_query[str(query)] = view_settings
+        self.state_by_query[str(query)] = state
 
     @property
     def view_settings(self) -> list[dict[str, str]]:

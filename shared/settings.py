@@ -376,6 +376,18 @@ class ViewSettings(SettingsGroup):
     max_future_skew: PositiveDuration = Field(
         timedelta(hours=1), description="how far event time may lead the Kafka record timestamp"
     )
+    registration_lookback: PositiveDuration = Field(
+        timedelta(days=400),
+        description="how long a registration applies: an entry uses its plate's latest "
+        "registration recorded at most this long before it",
+    )
+    dead_letter_bytes: int = Field(
+        4096,
+        ge=16,
+        le=65536,
+        description="leading bytes of a record's key and of its value a dead letter keeps "
+        "(with their full length and SHA-256)",
+    )
 
     @property
     def labels(self) -> dict[str, str]:
@@ -385,7 +397,11 @@ class ViewSettings(SettingsGroup):
         recomputes every date when they differ from the published version's,
         and the speed job refuses a checkpoint made under others.
         """
-        return {"window": duration_label(self.window), "max_trip": duration_label(self.max_trip)}
+        return {
+            "window": duration_label(self.window),
+            "max_trip": duration_label(self.max_trip),
+            "registration_lookback": duration_label(self.registration_lookback),
+        }
 
 
 class SpeedSettings(SettingsGroup):

@@ -118,6 +118,57 @@ def _refusal(settings: Settings, made_with: dict[str, str]) -> str:
     )
 
 
+STATE_STORE_PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+"""The speed job's state store: RocksDB keeps state off the JVM heap (on local disk,
+with a bounded cache), where the default HDFS-backed store keeps every version of
+it in the driver's or executors' heap."""
+
+
+def state_store_provider(folder: Path) -> str | None:
+    """The state store provider a query's checkpoint was made with (None: no micro-batch
+    logged yet, or Spark's default, which it does not record).
+
+    Spark writes its offset log as ``offsets/<batch>``: a version line, then the
+    batch's metadata JSON, whose ``conf`` keeps the settings a checkpoint fixes,
+    the provider among them.
+    """
+    logged = [path for path in (folder / "offsets").glob("[0-9]*") if path.name.isdigit()]
+    if not logged:
+        return None
+    latest = max(logged, key=lambda path: int(path.name))
+    lines = latest.read_text(encoding="utf-8").splitlines()
+    try:
+        conf = json.loads(lines[1]).get("conf", {})
+    except (IndexError, ValueError, AttributeError):
+        raise CheckpointError(
+            f"cannot read Spark's offset log {latest}: not a version line and a JSON object"
+        ) from None
+    provider = conf.get(STATE_STORE_PROVIDER_CONF)
+    return str(provider) if provider is not None else None
+
+
+def claim_state_store(settings: Settings, provider: str) -> None:
+    """Refuse a checkpoint whose queries keep their state with another provider.
+
+    Spark keeps a checkpoint's provider whatever the session says (it cannot
+    read one provider's state with another), so the job would go on with the
+    old one without a word. ``provider``: the session's.
+    """
+    for query in sorted(path for path in checkpoint_dir(settings).glob("*") if path.is_dir()):
+        made_with = state_store_provider(query)
+        if made_with is not None and made_with != provider:
+            raise CheckpointError(
+                f"the speed checkpoint {checkpoint_dir(settings)} keeps the state of its "
+                f"query {query.name} with {made_with.rsplit('.', 1)[-1]}, but the speed job "
+                f"now runs with {provider.rsplit('.', 1)[-1]}, and Spark goes on with a "
+                "checkpoint's own provider. Start the speed layer over with `lambdaline "
+                "speed reset` (then `lambdaline speed run` recomputes from the input topics), "
+                f'or keep the old store: LAMBDALINE_SPARK_CONF=\'{{"{STATE_STORE_PROVIDER_CONF}": '
+                f'"{made_with}"}}\''
+            )
+
+
 def claim_input_topics(settings: Settings, now: Mapping[str, str]) -> None:
     """Record the input topics' ids (``now``) with a new checkpoint; raise
     :class:`shared.platform.topic_ids.TopicsRecreatedError` if one differs from what it recorded.

@@ -61,14 +61,19 @@ def speed_run(
             raise _fail(f"{error}. {START_OVER}") from None
         spark = job.speed_spark_session(settings)
         failure: QueryFailedError | None = None
+        refusal: CheckpointError | None = None
         try:
             job.run(spark, settings, available_now=available_now)
         except QueryFailedError as error:
             failure = error
+        except CheckpointError as error:
+            refusal = error
         finally:
             # stops the SparkContext, which deletes its scratch (shuffle files, the
             # driver's temporary files) before the JVM exits with this process
             spark.stop()
+    if refusal is not None:
+        raise _fail(str(refusal))
     if isinstance(failure, KafkaDataLossError):
         raise _fail(
             f"{failure}: the input topics were deleted and created again, the broker's data "

@@ -33,7 +33,12 @@ from shared.platform.streaming import (
     wait_for,
 )
 from shared.settings import Settings
-from speed_layer.checkpoint import checkpoint_dir
+from speed_layer.checkpoint import (
+    ROCKSDB_PROVIDER,
+    STATE_STORE_PROVIDER_CONF,
+    checkpoint_dir,
+    claim_state_store,
+)
 from speed_layer.lookups import diagnostic_counts, entry_lookups, publish_lookups
 from speed_layer.progress import ProgressPublisher, listening
 from speed_layer.speed_store import view_writer
@@ -48,6 +53,16 @@ SCHEDULER_POOLS_FILE = Path(__file__).with_name("scheduler_pools.xml")
 """Declares :data:`FRESH_POOL` and :data:`LOOKUPS_POOL` (equal weights, FIFO within)."""
 
 SPEED_SPARK_CONF: dict[str, str] = {
+    # state off the heap, bounded by the watermark (speed_layer.lookups); a
+    # checkpoint keeps the provider it was made with (checkpoint.claim_state_store)
+    STATE_STORE_PROVIDER_CONF: ROCKSDB_PROVIDER,
+    # each micro-batch uploads the changes of its state (a changelog), not a
+    # snapshot of the whole store; snapshots are made in the background
+    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+    # one bound for the memory of every RocksDB instance of the JVM (block cache
+    # and memtables), off the heap: the process's RSS stays within heap + this
+    "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": "true",
+    "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": "256",
     # two lanes of queries on few task slots: with Spark's default (FIFO) a
     # booth_stats micro-batch waits for every task of a lookups micro-batch
     # submitted before it; with fair pools it gets the next free slot
@@ -116,7 +131,12 @@ def _started(
 
 
 def run(spark: SparkSession, settings: Settings, available_now: bool = False) -> None:
-    """Run the speed layer until stopped (SIGINT/SIGTERM/SIGHUP) or, with available_now, drained."""
+    """Run the speed layer until stopped (SIGINT/SIGTERM/SIGHUP) or, with available_now, drained.
+
+    Raises ``speed_layer.checkpoint.CheckpointError`` before any query starts if the
+    checkpoint keeps its state with another provider than the session's.
+    """
+    claim_state_store(settings, spark.conf.get(STATE_STORE_PROVIDER_CONF) or "")
     log_event(
         logger, "speed_start", master=spark.sparkContext.master,
         topics=settings.topics.inputs(), checkpoints=str(checkpoint_dir(settings)),
@@ -131,8 +151,9 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
     # serialise and ship to the tasks every micro-batch)
     def decoded(*event_types: EventType) -> DecodedRecords:
         raw = read_input_topics(spark, settings, event_types)
+        views = settings.views
         return decode_each_topic(
-            raw, settings.topics, settings.views.max_future_skew, event_types=event_types
+            raw, settings.topics, views.max_future_skew, views.dead_letter_bytes, event_types
         )
 
     entry_events = decoded(TOLL_ENTRY).of(TOLL_ENTRY)
@@ -149,7 +170,7 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
     lookups = entry_lookups(
         trip_entries, exits, everything.of(TOLL_ENTRY),
         everything.of(VEHICLE_REGISTRATION), everything.dead_letters,
-        settings.views.max_trip, settings.views.watermark,
+        settings.views.max_trip, settings.views.watermark, settings.views.registration_lookback,
     )  # fmt: skip
 
     # write sinks, each in its lane (trigger and scheduler pool): booth_stats and

@@ -37,10 +37,13 @@ stream with one event-time column (:func:`plate_events`), split into the
 join's two sides: both carry its watermark. A registration later than the
 watermark is dropped as late, like any other event. An entry leaves the
 join's state once the watermark passes its entry_time, when every
-registration recorded before it has arrived. The join has no lower time
-bound (a registration applies however old it is), so registrations are never
-evicted from its state: it grows with the number of registrations seen. The
-batch layer's lookup is the same, over all of them.
+registration recorded before it has arrived. A registration applies for
+``registration_lookback`` (the shared rule,
+:func:`shared.domain.views.registration_applies`), the join's lower time
+bound: it leaves the state once the watermark passes registration_time +
+lookback, so the state holds the registrations recorded within the lookback
+(and the entries of the last watermark delay). The batch layer's lookup is
+the same rule.
 
 **No deduplication step.** Copies of an event (same ``event_id``,
 at-least-once producers) make copies of a candidate, with the same record key
@@ -117,7 +120,7 @@ def plate_events(entries: DataFrame, registrations: DataFrame, watermark: timede
 
 
 def registration_candidates_stream(
-    entries: DataFrame, registrations: DataFrame, watermark: timedelta
+    entries: DataFrame, registrations: DataFrame, watermark: timedelta, lookback: timedelta
 ) -> DataFrame:
     """Each entry with each registration that can apply to it, as the join finds them
     (an entry with none once the watermark has passed it)."""
@@ -128,7 +131,7 @@ def registration_candidates_stream(
     registration_side = plates.where(F.col("kind") == REGISTERED).select(
         *_with_time(REGISTRATION_COLUMNS, "event_time", "registration_time")
     )
-    return registration_candidates(entry_side, registration_side)
+    return registration_candidates(entry_side, registration_side, lookback)
 
 
 def entry_lookups(
@@ -139,6 +142,7 @@ def entry_lookups(
     dead_letters: DataFrame,
     max_trip: timedelta,
     watermark: timedelta,
+    lookback: timedelta,
 ) -> DataFrame:
     """Both lookups of every entry, and the dead letters, as one stream (append mode).
 
@@ -154,7 +158,7 @@ def entry_lookups(
     every trigger.
     """
     trips = trip_matches(trip_entries, exits, max_trip, "left_outer")
-    plates = registration_candidates_stream(plate_entries, registrations, watermark)
+    plates = registration_candidates_stream(plate_entries, registrations, watermark, lookback)
     return (
         trips.withColumn("kind", F.lit(TRIP))
         .unionByName(plates.withColumn("kind", F.lit(REGISTRATION)), allowMissingColumns=True)

@@ -48,6 +48,33 @@ def _offsets(offset: object) -> dict[str, Any]:
     return offset if isinstance(offset, dict) else {}
 
 
+STATE_DISK_METRICS = ("rocksdbSstFileSize", "stateOnCurrentVersionSizeBytes")
+"""A state operator's bytes at rest, by provider: RocksDB's SST files on local disk
+(its memory is ``memoryUsedBytes``); the HDFS-backed store's current version."""
+
+
+def state_operators(progress: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Each stateful operator's state in a progress report: its name (numbered where a
+    query has several of one kind, in plan order), rows, memory and bytes at rest."""
+    operators = progress.get("stateOperators") or []
+    names = [op.get("operatorName", "state") for op in operators]
+    reported = []
+    for index, (name, op) in enumerate(zip(names, operators, strict=True)):
+        if names.count(name) > 1:
+            name = f"{name}#{names[: index + 1].count(name)}"
+        metrics = op.get("customMetrics") or {}
+        disk = next((metrics[key] for key in STATE_DISK_METRICS if key in metrics), None)
+        reported.append(
+            {
+                "operator": name,
+                "rows": op.get("numRowsTotal"),
+                "memory_bytes": op.get("memoryUsedBytes"),
+                "disk_bytes": disk,
+            }
+        )
+    return reported
+
+
 def progress_record(progress: Mapping[str, Any]) -> dict[str, Any]:
     """The fields of one query progress report (Spark's JSON of a
     ``StreamingQueryProgress``) that the speed store publishes.
@@ -67,6 +94,7 @@ def progress_record(progress: Mapping[str, Any]) -> dict[str, Any]:
         "batch_duration_ms": progress.get("batchDuration"),
         "rows_dropped_by_watermark": sum(op["numRowsDroppedByWatermark"] for op in operators),
         "state_rows": sum(op["numRowsTotal"] for op in operators),
+        "state_operators": state_operators(progress),
         "source_end_offsets": [_offsets(source.get("endOffset")) for source in progress["sources"]],
     }
 

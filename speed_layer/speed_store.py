@@ -90,10 +90,12 @@ def view_writer(
 
 def dead_letter_records(dead_letters: DataFrame) -> DataFrame:
     """The ``dead.letters`` records (key, value) of dead letters: JSON keyed by the
-    original record key.
+    original record key's bounded prefix.
 
-    The raw value travels as text when it is UTF-8 and always as base64, so
-    nothing is lost whatever the bytes were.
+    The bounded raw value (``shared.domain.validation.bounded_raw``) travels as
+    text when it is UTF-8 and always as base64, with the full lengths and
+    SHA-256 of the key and the value, so a record's size is bounded whatever
+    the input was.
     """
     value = _json(
         [
@@ -107,6 +109,10 @@ def dead_letter_records(dead_letters: DataFrame) -> DataFrame:
                 F.is_valid_utf8(F.col("value").cast("string")), F.col("value").cast("string")
             ).alias("value"),
             F.base64(F.col("value")).alias("value_base64"),
+            F.col("value_length"),
+            F.col("value_sha256"),
+            F.col("key_length"),
+            F.col("key_sha256"),
         ]
     )
     return dead_letters.select(F.col("key"), value.alias("value"))

@@ -256,3 +256,46 @@ class ThreeDays:
         {"booth_id": "b1", "window_start": t("2026-01-04T23:50"), "reason": "missing_registration", "count": 1},
         {"booth_id": "b2", "window_start": t("2026-01-05T13:00"), "reason": "missing_exit", "count": 1},
     ]  # fmt: skip
+
+
+# --- Lookback: the registration lookback (1 day here), 2026-01-05 -------------------------
+
+
+class Lookback:
+    """Registrations just inside and just outside a lookback of one day.
+
+    P1's expired registration is 1 ms too old for its entry: no alert, and the
+    entry misses a registration. P2's is exactly one day old: it applies. P3's
+    expired one is too old and a valid one is recent: no alert, registered.
+    Every entry has its exit, so no entry misses one; e9 and x9 only move the
+    speed layer's watermark past the morning (e9 is still undecided at the end).
+    """
+
+    LOOKBACK = timedelta(days=1)
+    REGISTRATIONS: ClassVar[list[Record]] = [
+        registration("o1", "R1", "P1", True, "2026-01-04T09:59:59.999Z"),
+        registration("o2", "R2", "P2", True, "2026-01-04T10:03:00.000Z"),
+        registration("o3", "R3-old", "P3", True, "2026-01-02T00:00:00.000Z"),
+        registration("o4", "R3", "P3", False, "2026-01-05T09:00:00.000Z"),
+        registration("o9", "R9", "P9", False, "2026-01-05T09:00:00.000Z"),
+    ]
+    ENTRIES: ClassVar[list[Record]] = [
+        entry("e1", "b1", "P1", "2026-01-05T10:00:00.000Z", "1.00"),
+        entry("e2", "b1", "P2", "2026-01-05T10:03:00.000Z", "1.00"),
+        entry("e3", "b2", "P3", "2026-01-05T10:04:00.000Z", "1.00"),
+        entry("e9", "b9", "P9", "2026-01-05T12:30:00.000Z", "1.00"),
+    ]
+    EXITS: ClassVar[list[Record]] = [
+        exit_("x1", "b1", "P1", "2026-01-05T10:20:00.000Z"),
+        exit_("x2", "b1", "P2", "2026-01-05T10:21:00.000Z"),
+        exit_("x3", "b2", "P3", "2026-01-05T10:22:00.000Z"),
+        exit_("x9", "b9", "P9", "2026-01-05T12:31:00.000Z"),
+    ]
+    ALERTS: ClassVar[list[tuple[str, str, str, str]]] = [
+        ("b1", "P2", "2026-01-05T10:03:00", "R2"),
+    ]
+    """(booth, plate, entry time, registration): both layers' ``expired_registrations``."""
+    MISSING_REGISTRATIONS: ClassVar[list[tuple[str, str, int]]] = [
+        ("b1", "2026-01-05T10:00:00", 1),
+    ]
+    """(booth, window start, count): both layers' ``diagnostics`` (every row is one)."""

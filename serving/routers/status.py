@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from fastapi import APIRouter, Response
 
 from serving.deps import BatchReaderDep, SettingsDep, SpeedConsumerDep, SpeedDep, keyed_router
-from serving.models import StatusResponse
+from serving.models import StateOperator, StatusResponse
 from shared.domain.view_specs import VIEW_NAMES
 from shared.platform.batch_store import BatchVersion, read_current
 from shared.settings import Settings, describe_view_settings
@@ -81,6 +81,10 @@ def status(
         speed_lag_records=consumer.lag if consumer else None,
         speed_caught_up=consumer.caught_up.is_set() if consumer else False,
         speed_row_counts=_speed_counts(speed),
+        speed_state={
+            query: [StateOperator.model_validate(op) for op in operators]
+            for query, operators in sorted(speed.state_by_query.items())
+        },
         speed_records_rejected=speed.rejected,
         errors=errors,
     )

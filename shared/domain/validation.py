@@ -12,14 +12,23 @@ dead letter carrying its source coordinates, its raw bytes and a reason:
     a field of the event type is absent or JSON ``null``;
 ``invalid_value``
     a field has the wrong JSON type, an identifier (event id, booth, plate,
-    registration id) is blank, a time is not ISO-8601 with a zone, a toll has more
-    than two decimal places, or the topic carries no known event type;
+    registration id) is blank, a text is longer than :data:`MAX_TEXT_CHARS`, a
+    time is not ISO-8601 with a zone, a toll has more than two decimal places,
+    or the topic carries no known event type;
 ``future_event_time``
     the event time is more than ``max_future_skew`` after the Kafka record
     timestamp (the time the event was sent).
 
 The first failing rule, in that order, names the reason; ``detail`` says which
-fields failed. JSON is parsed once into a VARIANT, so the JSON type of each
+fields failed.
+
+A dead letter keeps the raw key and value bounded, so that no record the
+broker accepts makes a dead letter it refuses (or one a reader chokes on):
+each as at most ``raw_bytes`` leading bytes, with its full length and its
+SHA-256 (:func:`bounded_raw`). Valid events keep text no longer than
+:data:`MAX_TEXT_CHARS`, so the records the views build from them are small too.
+
+JSON is parsed once into a VARIANT, so the JSON type of each
 field is checked exactly (``"7"`` is not an integer, ``7`` is not a string).
 
 Most records are valid, so the JSON types are first read from the whole
@@ -56,18 +65,51 @@ class DeadLetterReason(StrEnum):
 SOURCE_COLUMNS = ("source_topic", "source_partition", "source_offset", "source_timestamp")
 """Where a record came from; carried by valid events and dead letters alike."""
 
+RAW_COLUMNS = ("key", "value")
+"""The raw record's bytes: kept whole by a valid event (``keep_raw``), bounded by a
+dead letter (:func:`bounded_raw`)."""
+
+MAX_TEXT_CHARS = 64
+"""The longest text (identifier or not) a valid event field may hold, in characters.
+Plates, booths and ids are a few characters; the views key their speed records
+by them, so a longer one would make records of any size."""
+
+
+def _raw_fields(name: str) -> list[T.StructField]:
+    return [
+        T.StructField(name, T.BinaryType(), nullable=True),
+        T.StructField(f"{name}_length", T.IntegerType(), nullable=True),
+        T.StructField(f"{name}_sha256", T.StringType(), nullable=True),
+    ]
+
+
 DEAD_LETTER_SCHEMA = T.StructType(
     [
         T.StructField("source_topic", T.StringType(), nullable=False),
         T.StructField("source_partition", T.IntegerType(), nullable=False),
         T.StructField("source_offset", T.LongType(), nullable=False),
         T.StructField("source_timestamp", T.TimestampType(), nullable=False),
-        T.StructField("key", T.BinaryType(), nullable=True),
-        T.StructField("value", T.BinaryType(), nullable=True),
+        *_raw_fields("key"),
+        *_raw_fields("value"),
         T.StructField("reason", T.StringType(), nullable=False),
         T.StructField("detail", T.StringType(), nullable=False),
     ]
 )
+"""A dead letter: where it came from, its bounded raw bytes (``key``/``value`` at most
+``raw_bytes`` long, ``*_length`` the full length, ``*_sha256`` the hex SHA-256 of
+the whole; all null for a null key), why."""
+
+
+def bounded_raw(name: str, raw_bytes: int) -> list[Column]:
+    """A raw byte column as a dead letter keeps it: its first ``raw_bytes`` bytes, its
+    full length and the hex SHA-256 of the whole."""
+    raw = F.col(name)
+    return [
+        F.substring(raw, 1, raw_bytes).alias(name),
+        F.octet_length(raw).alias(f"{name}_length"),
+        F.sha2(raw, 256).alias(f"{name}_sha256"),
+    ]
+
 
 _ISO_INSTANT = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?(Z|[+-]\d{2}:\d{2})$"
 _INTEGERS = "TINYINT|SMALLINT|INT|BIGINT"
@@ -152,7 +194,9 @@ def _value_rule(field: EventField, text: Column) -> Column | None:
     None for the kinds whose JSON type is the whole rule."""
     match field.kind:
         case FieldKind.IDENTIFIER:
-            return F.trim(text) != ""
+            return (F.trim(text) != "") & (F.char_length(text) <= MAX_TEXT_CHARS)
+        case FieldKind.TEXT:
+            return F.char_length(text) <= MAX_TEXT_CHARS
         case FieldKind.TIMESTAMP:
             return text.rlike(_ISO_INSTANT) & text.try_cast(T.TimestampType()).isNotNull()
         case FieldKind.INTEGER:
@@ -161,7 +205,7 @@ def _value_rule(field: EventField, text: Column) -> Column | None:
         case FieldKind.MONEY:
             amount = F.try_variant_get(_json_of(field.name), "$", "decimal(12,2)")
             return amount.isNotNull()
-        case FieldKind.TEXT | FieldKind.NUMBER | FieldKind.BOOLEAN:
+        case FieldKind.NUMBER | FieldKind.BOOLEAN:
             return None
 
 
@@ -313,11 +357,13 @@ def classify_records(
 def split_classified(
     classified: DataFrame,
     topics: Topics,
+    raw_bytes: int,
     keep_raw: bool = False,
     event_types: tuple[EventType, ...] = EVENT_TYPES,
 ) -> DecodedRecords:
     """Valid events per type (of ``event_types``, those it was classified by) and
-    dead letters from :func:`classify_records`' output."""
+    dead letters from :func:`classify_records`' output; a dead letter keeps at most
+    ``raw_bytes`` of the record's key and of its value (:func:`bounded_raw`)."""
     source = [
         F.col("topic").alias("source_topic"),
         F.col("partition").cast(T.IntegerType()).alias("source_partition"),
@@ -335,8 +381,8 @@ def split_classified(
     }
     dead_letters = classified.where(F.col("_reason").isNotNull()).select(
         *source,
-        F.col("key"),
-        F.col("value"),
+        *bounded_raw("key", raw_bytes),
+        *bounded_raw("value", raw_bytes),
         F.col("_reason").alias("reason"),
         F.col("_detail").alias("detail"),
     )
@@ -347,6 +393,7 @@ def decode_records(
     raw: DataFrame,
     topics: Topics,
     max_future_skew: timedelta,
+    raw_bytes: int,
     keep_raw: bool = False,
     event_types: tuple[EventType, ...] = EVENT_TYPES,
 ) -> DecodedRecords:
@@ -362,16 +409,18 @@ def decode_records(
     "topic carries no known event type"). A reader of one topic passes its
     event type, so that the decode holds that type's rules only: the Java code
     Spark generates for it, every micro-batch of a streaming query, is then a
-    fraction of the size.
+    fraction of the size. A dead letter keeps at most ``raw_bytes`` of the
+    record's key and of its value (:func:`bounded_raw`).
     """
     classified = classify_records(raw, topics, max_future_skew, event_types=event_types)
-    return split_classified(classified, topics, keep_raw, event_types)
+    return split_classified(classified, topics, raw_bytes, keep_raw, event_types)
 
 
 def decode_each_topic(
     raw: DataFrame,
     topics: Topics,
     max_future_skew: timedelta,
+    raw_bytes: int,
     event_types: tuple[EventType, ...] = EVENT_TYPES,
 ) -> DecodedRecords:
     """:func:`decode_records`, with each event type's valid events decoded from its
@@ -385,12 +434,13 @@ def decode_each_topic(
     one decode by every type's rules, so a record of a topic of none of these
     types is one of them, as in :func:`decode_records`.
     """
-    every_rule = decode_records(raw, topics, max_future_skew, event_types=event_types)
+    every_rule = decode_records(raw, topics, max_future_skew, raw_bytes, event_types=event_types)
     events = {
         event_type.name: decode_records(
             raw.where(F.col("topic") == topics.of(event_type)),
             topics,
             max_future_skew,
+            raw_bytes,
             event_types=(event_type,),
         ).of(event_type)
         for event_type in event_types

@@ -207,8 +207,26 @@ which copies of them do not change; neither layer spends a shuffle and a sort
 (or a state store) on their duplicates."""
 
 
-def registration_candidates(entries: DataFrame, registrations: DataFrame) -> DataFrame:
-    """Each entry left-outer-joined to every registration of its plate recorded at or before it.
+def registration_applies(lookback: timedelta) -> Column:
+    """The registration rule's join condition (``entry`` and ``registration`` aliases): a
+    registration of the entry's plate recorded at or before the entry, at most
+    ``lookback`` before it (a registration older than that no longer counts)."""
+    registered = F.col("registration.registration_time")
+    entered = F.col("entry.entry_time")
+    # written as an addition: streaming Spark reads the join's time bound (and so
+    # when to evict registrations) from `time + literal interval` terms
+    return (
+        (F.col("entry.license_plate") == F.col("registration.license_plate"))
+        & (registered <= entered)
+        & (registered + _interval(lookback) >= entered)
+    )
+
+
+def registration_candidates(
+    entries: DataFrame, registrations: DataFrame, lookback: timedelta
+) -> DataFrame:
+    """Each entry left-outer-joined to every registration that can apply to it
+    (:func:`registration_applies`).
 
     A row per (entry, registration) pair: :data:`ENTRY_COLUMNS`, then the
     registration's ``registration_time``, ``registration_id``,
@@ -218,14 +236,13 @@ def registration_candidates(entries: DataFrame, registrations: DataFrame) -> Dat
 
     Streaming runs the join when both sides carry one watermark (see
     ``speed_layer.lookups``): a pair is emitted at once, an entry with none
-    once the watermark passes its entry_time. Registrations stay in the join's
-    state: a later entry may need any of them.
+    once the watermark passes its entry_time. The lookback is the join's time
+    bound: a registration leaves its state once the watermark passes
+    registration_time + lookback, when no entry it applies to can still come.
     """
     entry = entries.select(*ENTRY_COLUMNS).alias("entry")
     registration = registrations.select(*REGISTRATION_COLUMNS).alias("registration")
-    applies = (F.col("entry.license_plate") == F.col("registration.license_plate")) & (
-        F.col("registration.registration_time") <= F.col("entry.entry_time")
-    )
+    applies = registration_applies(lookback)
     return entry.join(registration, applies, "left_outer").select(
         *(F.col(f"entry.{name}").alias(name) for name in ENTRY_COLUMNS),
         F.col("registration.registration_time").alias("registration_time"),
@@ -235,16 +252,18 @@ def registration_candidates(entries: DataFrame, registrations: DataFrame) -> Dat
     )
 
 
-def registrations_at_entry(entries: DataFrame, registrations: DataFrame) -> DataFrame:
+def registrations_at_entry(
+    entries: DataFrame, registrations: DataFrame, lookback: timedelta
+) -> DataFrame:
     """The registration rule: each entry's latest registration at entry time.
 
     For every entry, the registration of its plate with the greatest
-    registration_time <= entry_time (ties broken by registration_id, then
-    event_id, greatest wins: ``EXPIRED_REGISTRATIONS``' candidate rank), or
-    none (``registration_id`` and ``expired`` null): the best of the entry's
-    :func:`registration_candidates`.
+    registration_time in [entry_time - lookback, entry_time] (ties broken by
+    registration_id, then event_id, greatest wins: ``EXPIRED_REGISTRATIONS``'
+    candidate rank), or none (``registration_id`` and ``expired`` null): the
+    best of the entry's :func:`registration_candidates`.
     """
-    candidates = registration_candidates(entries, registrations)
+    candidates = registration_candidates(entries, registrations, lookback)
     return best_candidates(EXPIRED_REGISTRATIONS, candidates, ENTRY_COLUMNS).select(
         *ENTRY_COLUMNS, "registration_id", "expired"
     )
@@ -257,9 +276,11 @@ def expired_at_entry(at_entry: DataFrame) -> DataFrame:
     )
 
 
-def expired_registrations(entries: DataFrame, registrations: DataFrame) -> DataFrame:
+def expired_registrations(
+    entries: DataFrame, registrations: DataFrame, lookback: timedelta
+) -> DataFrame:
     """Entries whose latest registration at entry time has expired = true."""
-    return expired_at_entry(registrations_at_entry(entries, registrations))
+    return expired_at_entry(registrations_at_entry(entries, registrations, lookback))
 
 
 def unregistered_at_entry(at_entry: DataFrame, keep: Sequence[str] = ()) -> DataFrame:
@@ -306,9 +327,11 @@ def diagnostics(
     registrations: DataFrame,
     window: timedelta,
     max_trip: timedelta,
+    lookback: timedelta,
 ) -> DataFrame:
-    """Counts of entries that miss an exit (within max_trip) or a registration, per window."""
-    at_entry = registrations_at_entry(entries, registrations)
+    """Counts of entries that miss an exit (within max_trip) or a registration (within
+    the lookback), per window."""
+    at_entry = registrations_at_entry(entries, registrations, lookback)
     return diagnostics_from(missing_exits(entries, exits, max_trip), at_entry, window)
 
 
@@ -318,6 +341,7 @@ def all_views(
     registrations: DataFrame,
     window: timedelta,
     max_trip: timedelta,
+    lookback: timedelta,
 ) -> dict[str, DataFrame]:
     """Every view over static, deduplicated events: the definition of truth.
 
@@ -328,7 +352,7 @@ def all_views(
     No view reads the entry's ``event_id`` from either (entries without an exit
     or a registration are counted row by row), so neither keeps it.
     """
-    at_entry = registrations_at_entry(entries, registrations).drop("event_id")
+    at_entry = registrations_at_entry(entries, registrations, lookback).drop("event_id")
     at_entry = at_entry.persist(PERSISTED)
     matches = trip_matches(entries, exits, max_trip, "left_outer").drop("event_id")
     matches = matches.persist(PERSISTED)

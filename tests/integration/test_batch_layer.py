@@ -58,7 +58,7 @@ from tests.integration.helpers import (
     send,
     send_three_days,
 )
-from tests.scenarios import ThreeDays, entry_value, exit_value, t
+from tests.scenarios import Lookback, ThreeDays, entry_value, exit_value, t
 
 pytestmark = pytest.mark.integration
 
@@ -110,6 +110,30 @@ def test_dead_letters_up_to_the_run_date_with_reasons(first_run: Settings) -> No
          "missing: entry_time, license_plate, state, make, model, vehicle_type, weight_kg, toll, tag"),
         (topic, 8, ThreeDays.MALFORMED[2][1], "invalid_value", "invalid: booth_id"),
     ]  # fmt: skip
+
+
+def test_a_registration_applies_for_the_lookback_only(
+    kafka: Settings, spark: SparkSession, tmp_path: Path
+) -> None:
+    settings = isolated_settings(kafka, tmp_path)
+    settings = settings.updated(registration_lookback=Lookback.LOOKBACK)
+    send(settings, settings.topics.registrations, Lookback.REGISTRATIONS)
+    send(settings, settings.topics.entries, Lookback.ENTRIES)
+    send(settings, settings.topics.exits, Lookback.EXITS)
+    batch(spark, settings, date(2026, 1, 5))
+
+    assert [
+        (row["booth_id"], row["license_plate"], row["entry_time"].isoformat(),
+         row["registration_id"])
+        for row in batch_rows(settings, "expired_registrations")
+    ] == Lookback.ALERTS  # fmt: skip
+    assert [
+        (row["booth_id"], row["window_start"].isoformat(), row["count"])
+        for row in batch_rows(settings, "diagnostics")
+    ] == Lookback.MISSING_REGISTRATIONS
+    assert {row["reason"] for row in batch_rows(settings, "diagnostics")} == {
+        "missing_registration"
+    }
 
 
 def test_pointer_and_manifest(first_run: Settings) -> None:
@@ -203,7 +227,11 @@ def test_a_changed_window_recomputes_every_date_of_the_next_version(
     ]
     assert batch_rows(settings, "booth_stats") == expected
     current = read_current(settings.batch_store)
-    assert current is not None and current.view_settings == {"window": "10m", "max_trip": "1h"}
+    assert current is not None and current.view_settings == {
+        "window": "10m",
+        "max_trip": "1h",
+        "registration_lookback": "400d",
+    }
 
 
 def test_same_master_dataset_gives_identical_contents(

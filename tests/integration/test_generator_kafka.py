@@ -57,7 +57,10 @@ def test_generated_stream_round_trips_and_malformed_records_fail_validation(
         for r in records
     ]
     decoded = decode_records(
-        spark.createDataFrame(rows, RAW_SCHEMA), kafka.topics, kafka.views.max_future_skew
+        spark.createDataFrame(rows, RAW_SCHEMA),
+        kafka.topics,
+        kafka.views.max_future_skew,
+        kafka.views.dead_letter_bytes,
     )
     expected_reason = {
         (r.topic, r.partition, r.offset): kind.removeprefix("malformed:")

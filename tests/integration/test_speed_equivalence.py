@@ -79,16 +79,25 @@ def test_speed_views_equal_the_static_view_functions(
         .option("startingOffsets", "earliest")
         .load()
     )
-    decoded = decode_records(raw, settings.topics, settings.views.max_future_skew)
+    decoded = decode_records(
+        raw, settings.topics, settings.views.max_future_skew, settings.views.dead_letter_bytes
+    )
     entries = without_duplicates(decoded.of(TOLL_ENTRY)).cache()
     exits = without_duplicates(decoded.of(TOLL_EXIT)).cache()
     registrations = without_duplicates(decoded.of(VEHICLE_REGISTRATION)).cache()
     truth = {
         "booth_stats": booth_stats(entries, settings.views.window),
         "vehicle_trips": vehicle_trips(entries, exits, settings.views.max_trip),
-        "expired_registrations": expired_registrations(entries, registrations),
+        "expired_registrations": expired_registrations(
+            entries, registrations, settings.views.registration_lookback
+        ),
         "diagnostics": diagnostics(
-            entries, exits, registrations, settings.views.window, settings.views.max_trip
+            entries,
+            exits,
+            registrations,
+            settings.views.window,
+            settings.views.max_trip,
+            settings.views.registration_lookback,
         ),
     }
     for view, frame in truth.items():

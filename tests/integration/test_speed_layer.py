@@ -21,7 +21,7 @@ from tests.integration.helpers import (
     speed_view,
     without_batch_id,
 )
-from tests.scenarios import OneDay, entry, entry_value, exit_, registration
+from tests.scenarios import Lookback, OneDay, entry, entry_value, exit_, registration
 
 pytestmark = pytest.mark.integration
 
@@ -85,8 +85,19 @@ def test_progress_is_published_per_query(drained: Settings) -> None:
     assert stats[-1]["watermark"] is not None
     # the API compares them with its own window and max_trip (/v1/status)
     assert {json.dumps(p["view_settings"], sort_keys=True) for p in progress} == {
-        '{"max_trip": "1h", "window": "5m"}'
+        '{"max_trip": "1h", "registration_lookback": "400d", "window": "5m"}'
     }
+    # state per stateful operator: booth_stats' window counts hold its three windows
+    # (OneDay.BOOTH_STATS; none evicted: the watermark stays in the morning)
+    last = {p["query"]: p for p in progress}
+    counts = {op["operator"]: op for op in last["speed.booth_stats"]["state_operators"]}
+    assert counts["stateStoreSave"]["rows"] == 3
+    # RocksDB: memory in use; SST files only once a snapshot is made (changelog
+    # checkpointing writes the changes of each batch, not files of the store)
+    assert counts["stateStoreSave"]["memory_bytes"] > 0
+    assert counts["stateStoreSave"]["disk_bytes"] is not None
+    joins = [op["operator"] for op in last["speed.lookups"]["state_operators"]]
+    assert joins == ["symmetricHashJoin#1", "symmetricHashJoin#2"]
 
 
 def test_a_record_later_than_the_watermark_is_dropped_and_counted(
@@ -221,6 +232,36 @@ def test_expired_registrations_and_diagnostics(
             "count": 1,
         },
     ]
+
+
+def test_a_registration_applies_for_the_lookback_only(
+    kafka: Settings, spark: SparkSession, tmp_path: Path
+) -> None:
+    settings = isolated_settings(kafka, tmp_path)
+    settings = settings.updated(registration_lookback=Lookback.LOOKBACK)
+    send(settings, settings.topics.registrations, Lookback.REGISTRATIONS)
+    send(settings, settings.topics.entries, Lookback.ENTRIES)
+    send(settings, settings.topics.exits, Lookback.EXITS)
+    job.run(spark, settings, available_now=True)
+
+    alerts = speed_view(settings, "expired_registrations").values()
+    assert (
+        sorted(
+            (row["booth_id"], row["license_plate"], row["entry_time"][:19], row["registration_id"])
+            for row in alerts
+        )
+        == Lookback.ALERTS
+    )
+    diagnostics = speed_view(settings, "diagnostics").values()
+    assert (
+        sorted(
+            (row["booth_id"], row["window_start"][:19], row["count"])
+            for row in diagnostics
+            if row["reason"] == "missing_registration"
+        )
+        == Lookback.MISSING_REGISTRATIONS
+    )
+    assert {row["reason"] for row in diagnostics} == {"missing_registration"}
 
 
 def test_a_replayed_lookup_batch_does_not_count_its_diagnostic_entries_twice(

@@ -8,6 +8,7 @@ import shutil
 import time
 from datetime import datetime, timedelta
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
@@ -19,7 +20,13 @@ from shared.platform.streaming import KafkaDataLossError
 from shared.platform.topic_admin import create_topics, delete_topics
 from shared.settings import Settings
 from speed_layer import job
-from speed_layer.checkpoint import checkpoint_dir, reset
+from speed_layer.checkpoint import (
+    ROCKSDB_PROVIDER,
+    STATE_STORE_PROVIDER_CONF,
+    checkpoint_dir,
+    reset,
+    state_store_provider,
+)
 from tests.integration.helpers import (
     isolated_settings,
     read_all,
@@ -77,7 +84,9 @@ def test_a_reset_starts_the_speed_layer_over_with_a_new_window_and_the_api_follo
         assert consumer.wait_caught_up(60), consumer.error
         assert held_rows(tables) == FIVE_MINUTE_ROWS
         assert tables.watermark is not None
-        assert tables.view_settings == [{"window": "5m", "max_trip": "1h"}]
+        assert tables.view_settings == [
+            {"window": "5m", "max_trip": "1h", "registration_lookback": "400d"}
+        ]
         dead_letters = len(read_all(settings, settings.topics.dead_letters))
         assert dead_letters == len(OneDay.MALFORMED)
 
@@ -119,7 +128,9 @@ def test_a_reset_starts_the_speed_layer_over_with_a_new_window_and_the_api_follo
         deadline = time.monotonic() + 30
         while not tables.view_settings and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert tables.view_settings == [{"window": "10m", "max_trip": "1h"}]
+        assert tables.view_settings == [
+            {"window": "10m", "max_trip": "1h", "registration_lookback": "400d"}
+        ]
         # dead.letters is an append-only log the reset keeps: the new job, reading the
         # input from its start, writes the same dead letters again
         assert len(read_all(settings, settings.topics.dead_letters)) == 2 * dead_letters
@@ -191,3 +202,37 @@ def test_input_topics_created_again_past_the_old_offsets_are_refused_not_skipped
     assert sorted(
         (row["booth_id"], row["window_start"], row["vehicle_count"]) for row in stats.values()
     ) == [("b7", "2026-01-05T11:00:00.000Z", 5), ("b7", "2026-01-05T11:05:00.000Z", 3)]
+
+
+HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
+
+
+def test_a_checkpoint_of_the_other_state_store_is_refused_until_a_reset(
+    kafka: Settings, spark: SparkSession, tmp_path: Path
+) -> None:
+    settings = isolated_settings(kafka, tmp_path)
+    send(settings, settings.topics.entries, OneDay.ENTRIES)
+    # a checkpoint made with Spark's default store, as before the job chose RocksDB
+    spark.conf.set(STATE_STORE_PROVIDER_CONF, HDFS_PROVIDER)
+    try:
+        job.run(spark, settings, available_now=True)
+    finally:
+        spark.conf.set(STATE_STORE_PROVIDER_CONF, ROCKSDB_PROVIDER)
+    assert state_store_provider(checkpoint_dir(settings) / "booth_stats") == HDFS_PROVIDER
+
+    refused = run_cli(settings, "speed", "run", "--available-now")
+    assert refused.returncode == 1
+    message = " ".join(refused.stderr.split())
+    assert (
+        f"error: the speed checkpoint {checkpoint_dir(settings)} keeps the state of its query "
+        "booth_stats with HDFSBackedStateStoreProvider, but the speed job now runs with "
+        "RocksDBStateStoreProvider"
+    ) in message
+    assert "Start the speed layer over with `lambdaline speed reset`" in message
+
+    assert run_cli(settings, "speed", "reset", "--yes").returncode == 0
+    job.run(spark, settings, available_now=True)
+    assert state_store_provider(checkpoint_dir(settings) / "booth_stats") == ROCKSDB_PROVIDER
+    assert sorted(row["vehicle_count"] for row in speed_view(settings, "booth_stats").values()) == [
+        1, 1, 2,
+    ]  # fmt: skip

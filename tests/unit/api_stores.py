@@ -23,7 +23,11 @@ from shared.settings import Settings
 
 KEY = {"X-API-Key": "test-key"}
 DAY = {"from": "2026-01-05T00:00:00.000Z", "to": "2026-01-07T00:00:00.000Z"}
-VIEW_SETTINGS = {"window": "5m", "max_trip": "1h"}  # the rows below: 5-minute windows
+VIEW_SETTINGS = {
+    "window": "5m",
+    "max_trip": "1h",
+    "registration_lookback": "400d",
+}  # the rows below
 
 
 def booth_row(booth: str, start: str, count: int, toll: str) -> dict[str, Any]:

@@ -397,10 +397,10 @@ def test_status_names_both_stores_when_the_api_runs_with_other_view_settings(
     with TestClient(app) as client:
         status = client.get("/v1/status", headers=KEY).json()
     assert status["errors"] == [
-        "batch version 1 was computed with max_trip=1h, window=5m; this API runs with "
-        "max_trip=1h, window=10m: give it the batch layer's settings",
-        "the speed store was written with max_trip=1h, window=5m; this API runs with "
-        "max_trip=1h, window=10m: give it the speed layer's settings",
+        "batch version 1 was computed with max_trip=1h, registration_lookback=400d, window=5m; this API runs with "
+        "max_trip=1h, registration_lookback=400d, window=10m: give it the batch layer's settings",
+        "the speed store was written with max_trip=1h, registration_lookback=400d, window=5m; this API runs with "
+        "max_trip=1h, registration_lookback=400d, window=10m: give it the speed layer's settings",
     ]
 
 
@@ -413,12 +413,12 @@ def test_status_names_a_speed_store_of_other_view_settings(tmp_path: Path) -> No
         tables.forget_progress()
         tables.note_progress(json.dumps({
             "query": "speed.booth_stats", "watermark": "2026-01-06T01:58:00.000Z",
-            "view_settings": {"window": "10m", "max_trip": "1h"},
+            "view_settings": {"window": "10m", "max_trip": "1h", "registration_lookback": "400d"},
         }).encode())  # fmt: skip
         status = client.get("/v1/status", headers=KEY).json()
     assert status["errors"] == [
-        "the speed store was written with max_trip=1h, window=10m; this API runs with "
-        "max_trip=1h, window=5m: give it the speed layer's settings"
+        "the speed store was written with max_trip=1h, registration_lookback=400d, window=10m; this API runs with "
+        "max_trip=1h, registration_lookback=400d, window=5m: give it the speed layer's settings"
     ]
 
 

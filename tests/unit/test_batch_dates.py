@@ -27,11 +27,12 @@ def choose(
     batch: int | None,
     lookback: int = 0,
     views_changed: bool = False,
+    registration_lookback: timedelta = timedelta(days=400),
 ) -> list[date]:
     return dates_to_recompute(
         run_date=run_date, inventory=found, published_horizon=horizon,
         published_ingest_batch=batch, lookback_days=lookback, max_trip=timedelta(hours=1),
-        views_changed=views_changed,
+        registration_lookback=registration_lookback, views_changed=views_changed,
     )  # fmt: skip
 
 
@@ -59,6 +60,14 @@ def test_a_late_exit_recomputes_its_date_and_the_day_before() -> None:
 def test_a_late_registration_recomputes_every_later_date_up_to_the_run_date() -> None:
     found = inventory(entries={(d(n), 0) for n in range(1, 7)}, registrations={(d(2), 2)})
     assert choose(found, d(5), d(6), 1) == [d(2), d(3), d(4), d(5)]
+
+
+def test_a_late_registration_recomputes_the_dates_its_lookback_reaches() -> None:
+    found = inventory(entries={(d(n), 0) for n in range(1, 7)}, registrations={(d(2), 2)})
+    # recorded on day 2, it applies to entries up to 36 h later: days 2 to 4
+    assert choose(found, d(5), d(6), 1, registration_lookback=timedelta(hours=36)) == [
+        d(2), d(3), d(4),
+    ]  # fmt: skip
 
 
 def test_a_late_dead_letter_recomputes_its_date() -> None:

@@ -41,7 +41,7 @@ def booth_rows(*rows: tuple[str, str, int]) -> pa.Table:
     return pa.Table.from_pydict(columns, schema=template.schema)
 
 
-VIEW_SETTINGS = {"window": "5m", "max_trip": "1h"}
+VIEW_SETTINGS = {"window": "5m", "max_trip": "1h", "registration_lookback": "400d"}
 
 
 def publish(  # type: ignore[no-untyped-def]
@@ -94,7 +94,7 @@ def test_a_version_keeps_rows_of_dates_not_recomputed_and_replaces_the_rest(tmp_
 def test_rows_of_other_view_settings_are_never_kept_beside_new_ones(tmp_path: Path) -> None:
     publish(tmp_path, booth_rows(("b1", "2026-01-04T10:00", 2), ("b1", "2026-01-05T10:00", 3)),
             [date(2026, 1, 4), date(2026, 1, 5)], horizon_day=6)  # fmt: skip
-    ten_minutes = {"window": "10m", "max_trip": "1h"}
+    ten_minutes = {"window": "10m", "max_trip": "1h", "registration_lookback": "400d"}
     with pytest.raises(BatchStoreError, match=r"its rows of 2026-01-04 cannot be kept"):
         publish(tmp_path, booth_rows(("b1", "2026-01-05T10:00", 4)), [date(2026, 1, 5)], 6,
                 view_settings=ten_minutes)  # fmt: skip

@@ -17,7 +17,7 @@ def test_the_batch_summary_says_why_dead_letters_ingested_and_kept_can_differ() 
         version=3, horizon=datetime(2026, 1, 6, tzinfo=UTC), created_at=datetime.now(UTC),
         dates=(date(2026, 1, 5),), recomputed_dates=(date(2026, 1, 5),),
         row_counts={"booth_stats": 40, "dead_letters": 13}, ingest_batch=0,
-        view_settings={"window": "5m", "max_trip": "1h"},
+        view_settings={"window": "5m", "max_trip": "1h", "registration_lookback": "400d"},
     )  # fmt: skip
     report = RunReport(
         run_date=date(2026, 1, 5), version=version, ingest_batches=1, records_ingested=6_374,

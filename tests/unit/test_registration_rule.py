@@ -5,7 +5,7 @@ Every expected row is written by hand from the events listed in the test.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -19,12 +19,16 @@ REGISTRATION_SCHEMA = (
 
 
 def lookup(
-    spark: SparkSession, entries: list[tuple[object, ...]], registrations: list[tuple[object, ...]]
+    spark: SparkSession,
+    entries: list[tuple[object, ...]],
+    registrations: list[tuple[object, ...]],
+    lookback: timedelta = timedelta(days=400),
 ) -> dict[str, tuple[object, object]]:
     """event_id -> (registration_id, expired) of the rule's result."""
     result: DataFrame = registrations_at_entry(
         spark.createDataFrame(entries, ENTRY_SCHEMA),
         spark.createDataFrame(registrations, REGISTRATION_SCHEMA),
+        lookback,
     )
     return {row.event_id: (row.registration_id, row.expired) for row in result.collect()}
 
@@ -75,3 +79,26 @@ def test_ties_on_time_and_id_go_to_the_greatest_event_id(spark: SparkSession) ->
 def test_no_entries_gives_no_rows_and_no_registrations_gives_nulls(spark: SparkSession) -> None:
     assert lookup(spark, [], [("P1", datetime(2026, 1, 1), "R1", False, "r1")]) == {}
     assert lookup(spark, [("e1", "b1", "P1", datetime(2026, 1, 5))], []) == {"e1": (None, None)}
+
+
+def test_a_registration_older_than_the_lookback_no_longer_counts(spark: SparkSession) -> None:
+    entries = [
+        ("e1", "b1", "P1", datetime(2026, 1, 5, 10, 0)),
+        ("e2", "b1", "P2", datetime(2026, 1, 5, 10, 0)),
+        ("e3", "b1", "P3", datetime(2026, 1, 5, 10, 0)),
+    ]
+    registrations = [
+        # exactly the lookback before e1: applies (the bound is inclusive)
+        ("P1", datetime(2026, 1, 4, 10, 0), "R1", True, "r1"),
+        # a millisecond older than that: none applies to e2
+        ("P2", datetime(2026, 1, 4, 9, 59, 59, 999000), "R2", True, "r2"),
+        # the older one is out of reach, so the newer decides even though it is older than
+        # e3 by less than the lookback
+        ("P3", datetime(2026, 1, 1), "R3-old", True, "r3"),
+        ("P3", datetime(2026, 1, 5, 9, 0), "R3", False, "r4"),
+    ]
+    assert lookup(spark, entries, registrations, timedelta(days=1)) == {
+        "e1": ("R1", True),
+        "e2": (None, None),
+        "e3": ("R3", False),
+    }

@@ -27,7 +27,11 @@ def test_the_first_start_records_the_view_settings_and_a_later_one_with_them_pas
     settings = Settings(state_dir=tmp_path)
     claim_checkpoint(settings)
     recorded = tmp_path / "checkpoints" / "speed" / "view_settings.json"
-    assert json.loads(recorded.read_text()) == {"max_trip": "1h", "window": "5m"}
+    assert json.loads(recorded.read_text()) == {
+        "max_trip": "1h",
+        "registration_lookback": "400d",
+        "window": "5m",
+    }
     claim_checkpoint(settings)  # the same settings: no error
     assert sorted(path.name for path in recorded.parent.iterdir()) == ["view_settings.json"]
 
@@ -48,7 +52,7 @@ def test_a_checkpoint_made_with_other_view_settings_is_refused_until_they_are_se
     message = str(refused.value)
     folder = tmp_path / "checkpoints" / "speed"
     assert message.startswith(
-        f"the speed checkpoint {folder} was made with max_trip=1h, window=5m, "
+        f"the speed checkpoint {folder} was made with max_trip=1h, registration_lookback=400d, window=5m, "
         "but the settings now say "
     )
     assert named in message
@@ -61,7 +65,7 @@ def test_a_checkpoint_from_before_the_record_is_taken_to_match(tmp_path: Path) -
     (checkpoint_dir(settings) / "booth_stats" / "offsets").mkdir(parents=True)
     claim_checkpoint(settings)
     recorded = json.loads((checkpoint_dir(settings) / "view_settings.json").read_text())
-    assert recorded == {"max_trip": "1h", "window": "15m"}
+    assert recorded == {"max_trip": "1h", "registration_lookback": "400d", "window": "15m"}
 
 
 def test_a_record_that_is_not_json_is_named(tmp_path: Path) -> None:

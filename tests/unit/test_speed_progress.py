@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from speed_layer.progress import progress_record
+from speed_layer.progress import progress_record, state_operators
 
 # Spark's StreamingQueryProgress.json of a booth_stats micro-batch (as Spark 4.0 writes
 # it: the Kafka source's offsets as objects, not strings), cut to the fields that matter
@@ -16,8 +16,11 @@ REPORT = """{
   "durationMs": {"addBatch": 335, "queryPlanning": 19, "triggerExecution": 439},
   "eventTime": {"max": "2026-11-25T09:14:58.501Z", "watermark": "2026-11-25T09:12:58.501Z"},
   "stateOperators": [
-    {"operatorName": "stateStoreSave", "numRowsTotal": 40, "numRowsDroppedByWatermark": 2},
-    {"operatorName": "dedupeWithinWatermark", "numRowsTotal": 7, "numRowsDroppedByWatermark": 1}
+    {"operatorName": "stateStoreSave", "numRowsTotal": 40, "numRowsDroppedByWatermark": 2,
+     "memoryUsedBytes": 132184, "customMetrics": {"rocksdbSstFileSize": 2048,
+                                                  "rocksdbGetCount": 12}},
+    {"operatorName": "dedupeWithinWatermark", "numRowsTotal": 7, "numRowsDroppedByWatermark": 1,
+     "memoryUsedBytes": 900, "customMetrics": {"stateOnCurrentVersionSizeBytes": 512}}
   ],
   "sources": [{"description": "KafkaV2[Subscribe[toll.entries]]",
                "startOffset": {"toll.entries": {"0": 5, "1": 3}},
@@ -39,8 +42,21 @@ def test_the_record_holds_the_watermark_rates_late_rows_and_offsets_of_the_repor
         "batch_duration_ms": 440,
         "rows_dropped_by_watermark": 3,
         "state_rows": 47,
+        "state_operators": [
+            {"operator": "stateStoreSave", "rows": 40, "memory_bytes": 132184, "disk_bytes": 2048},
+            {"operator": "dedupeWithinWatermark", "rows": 7, "memory_bytes": 900,
+             "disk_bytes": 512},
+        ],
         "source_end_offsets": [{"toll.entries": {"0": 9, "1": 6}}],
-    }
+    }  # fmt: skip
+
+
+def test_operators_of_one_kind_are_numbered_in_plan_order() -> None:
+    joins = [{"operatorName": "symmetricHashJoin", "numRowsTotal": rows} for rows in (5, 9)]
+    assert [
+        (op["operator"], op["rows"], op["disk_bytes"])
+        for op in state_operators({"stateOperators": [*joins, {"operatorName": "other"}]})
+    ] == [("symmetricHashJoin#1", 5, None), ("symmetricHashJoin#2", 9, None), ("other", None, None)]
 
 
 def test_what_spark_leaves_out_of_a_first_report_is_none_or_empty() -> None:

@@ -6,6 +6,7 @@ function; its integration tests check the streaming path.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from datetime import UTC, datetime, timedelta
@@ -31,6 +32,7 @@ from tests.scenarios import RAW_SCHEMA
 
 SENT = datetime(2026, 1, 5, 6, 0, 0, tzinfo=UTC)
 TOPICS = Topics()
+RAW_BYTES = 4096
 
 ENTRY: dict[str, Any] = {
     "event_id": "e-1",
@@ -69,7 +71,9 @@ def rows_of(decoded: DecodedRecords) -> tuple[list[Row], dict[str, list[Row]]]:
 def reasons_of(
     spark: SparkSession, *values: bytes, topic: str = "toll.entries"
 ) -> list[tuple[str, str]]:
-    decoded = decode_records(raw(spark, *[(topic, v) for v in values]), TOPICS, timedelta(hours=1))
+    decoded = decode_records(
+        raw(spark, *[(topic, v) for v in values]), TOPICS, timedelta(hours=1), RAW_BYTES
+    )
     rows = decoded.dead_letters.orderBy("source_offset").collect()
     return [(row.reason, row.detail) for row in rows]
 
@@ -79,6 +83,7 @@ def test_a_valid_entry_is_typed_and_keeps_its_source(spark: SparkSession) -> Non
         raw(spark, ("toll.entries", entry_json(license_plate="ÄÖÜ-Ø001"))),
         TOPICS,
         timedelta(hours=1),
+        RAW_BYTES,
     )
     expected = Row(
         event_id="e-1", booth_id="booth-01",
@@ -106,6 +111,7 @@ def test_exits_and_registrations_are_decoded_by_their_topic(spark: SparkSession)
         raw(spark, ("toll.exits", exit_value), ("vehicle.registrations", registration)),
         TOPICS,
         timedelta(hours=1),
+        RAW_BYTES,
     )
     exits = decoded.of(TOLL_EXIT).select("event_id", "exit_time", "license_plate")
     assertDataFrameEqual(
@@ -196,7 +202,7 @@ def test_unknown_topic_is_a_dead_letter(spark: SparkSession) -> None:
 def test_nothing_is_lost_and_dead_letters_keep_their_coordinates(spark: SparkSession) -> None:
     values = [entry_json(), b"nope", entry_json(booth_id=""), entry_json(event_id="e-2")]
     decoded = decode_records(
-        raw(spark, *[("toll.entries", v) for v in values]), TOPICS, timedelta(hours=1)
+        raw(spark, *[("toll.entries", v) for v in values]), TOPICS, timedelta(hours=1), RAW_BYTES
     )
     valid = sum(frame.count() for frame in decoded.events.values())
     assert valid == 2
@@ -224,6 +230,34 @@ def test_nothing_is_lost_and_dead_letters_keep_their_coordinates(spark: SparkSes
             ),
         ],
     )
+
+
+@pytest.mark.parametrize("field", ["license_plate", "booth_id", "event_id", "make", "tag"])
+def test_text_longer_than_64_characters_is_invalid(spark: SparkSession, field: str) -> None:
+    at_limit, beyond = entry_json(**{field: "Ä" * 64}), entry_json(**{field: "Ä" * 65})
+    assert reasons_of(spark, at_limit, beyond) == [("invalid_value", f"invalid: {field}")]
+
+
+def test_a_dead_letter_keeps_a_bounded_prefix_with_length_and_hash(spark: SparkSession) -> None:
+    # just under a broker's default 1 MiB limit: a plate of a million characters
+    huge = entry_json(license_plate="P" * 1_000_000)
+    key = b"K" * 5000
+    rows = [(key, huge, "toll.entries", 0, 0, SENT), (None, b"short", "toll.entries", 0, 1, SENT)]
+    decoded = decode_records(
+        spark.createDataFrame(rows, RAW_SCHEMA), TOPICS, timedelta(hours=1), RAW_BYTES
+    )
+    letters = decoded.dead_letters.orderBy("source_offset").collect()
+    assert [(row.reason, row.detail) for row in letters] == [
+        ("invalid_value", "invalid: license_plate"),
+        ("invalid_json", "value is not a JSON object"),
+    ]
+    big, short = letters
+    assert (bytes(big.value), big.value_length) == (huge[:4096], len(huge))
+    assert big.value_sha256 == hashlib.sha256(huge).hexdigest()
+    assert (bytes(big.key), big.key_length) == (b"K" * 4096, 5000)
+    assert big.key_sha256 == hashlib.sha256(key).hexdigest()
+    assert (bytes(short.value), short.value_length) == (b"short", 5)
+    assert (short.key, short.key_length, short.key_sha256) == (None, None, None)
 
 
 EXIT_SHAPE = "booth_id: STRING, event_id: STRING, exit_time: STRING, license_plate: STRING"
@@ -299,7 +333,7 @@ def test_the_fast_path_decides_as_the_field_by_field_path(spark: SparkSession) -
 
     def decided(fast_path: bool) -> tuple[list[Row], dict[str, list[Row]]]:
         classified = classify_records(raw(spark, *records), TOPICS, timedelta(hours=1), fast_path)
-        return rows_of(split_classified(classified, TOPICS))
+        return rows_of(split_classified(classified, TOPICS, RAW_BYTES))
 
     fast, slow = decided(True), decided(False)
     assert fast == slow
@@ -326,7 +360,9 @@ def test_a_reader_of_one_topic_decodes_by_its_event_type_alone(spark: SparkSessi
     )
 
     def decided(*event_types: EventType) -> tuple[list[Row], list[Row]]:
-        decoded = decode_records(records, TOPICS, timedelta(hours=1), event_types=event_types)
+        decoded = decode_records(
+            records, TOPICS, timedelta(hours=1), RAW_BYTES, event_types=event_types
+        )
         dead = decoded.dead_letters.select("source_offset", "reason", "detail")
         valid = decoded.of(TOLL_ENTRY).orderBy("source_offset").collect()
         return dead.orderBy("source_offset").collect(), valid
@@ -368,8 +404,8 @@ def test_decoding_each_topic_by_its_own_rules_gives_the_same_rows(spark: SparkSe
         ("toll.unknown", entry_json()),  # a topic of no event type
     )
 
-    each_topic = rows_of(decode_each_topic(records, TOPICS, timedelta(hours=1)))
-    assert each_topic == rows_of(decode_records(records, TOPICS, timedelta(hours=1)))
+    each_topic = rows_of(decode_each_topic(records, TOPICS, timedelta(hours=1), RAW_BYTES))
+    assert each_topic == rows_of(decode_records(records, TOPICS, timedelta(hours=1), RAW_BYTES))
     # by hand: one valid record of each type; offsets 1, 2, 4, 6 and 7 are dead letters
     dead, events = each_topic
     assert [len(events[t.name]) for t in (TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION)] == [1, 1, 1]

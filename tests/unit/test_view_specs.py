@@ -179,7 +179,9 @@ def test_each_view_function_yields_the_columns_its_spec_declares(spark: SparkSes
         "'' AS license_plate", "CAST(NULL AS timestamp) AS registration_time",
         "'' AS registration_id", "true AS expired", "event_id",
     )  # fmt: skip
-    views = all_views(entries, exits, registrations, timedelta(minutes=5), timedelta(hours=1))
+    views = all_views(
+        entries, exits, registrations, timedelta(minutes=5), timedelta(hours=1), timedelta(days=1)
+    )
     columns = {name: tuple(frame.columns) for name, frame in views.items()}
     spark.catalog.clearCache()  # all_views persists its shared parts
     assert columns == {view.name: view.column_names for view in VIEWS}

@@ -27,6 +27,7 @@ from tests.scenarios import OneDay, Record, as_event, entry
 
 WINDOW = timedelta(minutes=5)
 MAX_TRIP = timedelta(hours=1)
+LOOKBACK = timedelta(days=400)
 SOURCE = T.StructType(
     [
         T.StructField("source_topic", T.StringType()),
@@ -130,7 +131,7 @@ def test_vehicle_trips(entries: DataFrame, exits: DataFrame) -> None:
 
 def test_expired_registrations(entries: DataFrame, registrations: DataFrame) -> None:
     assertDataFrameEqual(
-        expired_registrations(entries, registrations),
+        expired_registrations(entries, registrations, LOOKBACK),
         [
             Row(booth_id="b1", license_plate="P2", entry_time=at("10:03:00"), registration_id="R2"),
             Row(
@@ -143,7 +144,7 @@ def test_expired_registrations(entries: DataFrame, registrations: DataFrame) -> 
 
 def test_diagnostics(entries: DataFrame, exits: DataFrame, registrations: DataFrame) -> None:
     assertDataFrameEqual(
-        diagnostics(entries, exits, registrations, WINDOW, MAX_TRIP),
+        diagnostics(entries, exits, registrations, WINDOW, MAX_TRIP, LOOKBACK),
         [
             Row(booth_id="b1", window_start=at("10:00:00"), reason="missing_exit", count=1),
             Row(booth_id="b1", window_start=at("10:05:00"), reason="missing_exit", count=1),
@@ -181,7 +182,7 @@ def test_all_views_count_entries_of_one_key_row_by_row(
             ],
         )
     )
-    views = all_views(twins, exits, registrations, WINDOW, MAX_TRIP)
+    views = all_views(twins, exits, registrations, WINDOW, MAX_TRIP, LOOKBACK)
     try:
         assertDataFrameEqual(
             views["diagnostics"],
