@@ -34,6 +34,7 @@ from shared.domain.events import format_instant, parse_instant
 from shared.platform.jvm import JarResolutionError, JdkToolMissingError, JvmProfile, resolve_jars
 from shared.platform.kafka_admin import KafkaNotReadyError, unreachable
 from shared.platform.locks import LockHeldError
+from shared.platform.logs import configure_logging
 from shared.platform.topic_admin import TopicOutcome, create_topics
 from shared.settings import Settings, SettingsError, get_settings, parse_duration
 from speed_layer.cli import speed_app
@@ -358,8 +359,15 @@ def demo(
 # --- bench ------------------------------------------------------------------------------
 
 
-@app.command()
+bench_app = typer.Typer(
+    help="Benchmarks on this machine: both layers side by side (no subcommand), or a soak."
+)
+app.add_typer(bench_app, name="bench")
+
+
+@bench_app.callback(invoke_without_command=True)
 def bench(
+    context: typer.Context,
     events: Annotated[int, typer.Option(min=1000, help="events in the seeded dataset")] = 1_000_000,
     out_dir: Annotated[
         Path,
@@ -375,6 +383,8 @@ def bench(
     """Run one seeded dataset through both layers on this machine and compare them.
 
     Writes results.json, report.md and PNG charts to a new folder under --out."""
+    if context.invoked_subcommand is not None:
+        return
     from lambdaline.bench import run as bench_run  # matplotlib and co.: only for this command
 
     settings = _settings()
@@ -396,6 +406,60 @@ def bench(
         if line.startswith("|"):
             out.print(line, highlight=False, soft_wrap=True)
     out.print(f"results: {folder}/results.json, report.md, *.png")
+
+
+@bench_app.command("soak")
+def bench_soak(
+    rate: Annotated[float, typer.Option(min=1, help="input events per second")] = 2000.0,
+    minutes: Annotated[
+        float, typer.Option(min=1, help="minutes at --rate (state fills in max_trip + watermark)")
+    ] = 95.0,
+    ramp: Annotated[
+        str, typer.Option(help="higher rates after the soak, comma-separated, one step each")
+    ] = "",
+    step_minutes: Annotated[float, typer.Option(min=1, help="minutes per ramp step")] = 15.0,
+    floor_minutes: Annotated[
+        float, typer.Option(min=0, help="minutes of the floor job at --rate (0: none)")
+    ] = 5.0,
+    probe_every: Annotated[float, typer.Option(min=1, help="seconds between probes")] = 30.0,
+    out_dir: Annotated[
+        Path,
+        typer.Option("--out", file_okay=False, help="results go to a new folder under this one"),
+    ] = Path("bench-results"),
+) -> None:
+    """Run the speed job, the API and the generator at a steady rate for a long time.
+
+    Samples lag, memory, state and freshness every 10 s; then runs the floor job.
+    Writes results.json, report.md and time-series PNGs to a new folder under --out."""
+    from lambdaline.bench import soak  # matplotlib and co.: only for this command
+
+    try:
+        steps = tuple(float(step) for step in ramp.split(",") if step.strip())
+    except ValueError:
+        raise typer.BadParameter(f"{ramp!r}: not numbers like 3000,4000") from None
+    options = soak.SoakOptions(
+        rate=rate, minutes=minutes, out=out_dir, ramp=steps, step_minutes=step_minutes,
+        floor_minutes=floor_minutes, probe_every_s=probe_every,
+    )  # fmt: skip
+    with _clear_errors():
+        try:
+            folder = soak.run(_settings(), options, console)
+        except soak.SoakError as error:
+            console.print(f"[red]error:[/red] {error}", highlight=False)
+            raise typer.Exit(1) from None
+    for line in (folder / "report.md").read_text().splitlines():
+        if line.startswith("|"):
+            out.print(line, highlight=False, soft_wrap=True)
+    out.print(f"results: {folder}/results.json, report.md, *.png")
+
+
+@bench_app.command("floor-job", hidden=True)
+def bench_floor_job() -> None:
+    """The soak's floor job (``lambdaline.bench.floor``), until SIGINT/SIGTERM."""
+    from lambdaline.bench.floor import run_floor
+
+    configure_logging()
+    run_floor(_settings())
 
 
 def main() -> None:

@@ -15,7 +15,7 @@ store's topics are compacted, keeping the latest row per view key, with
 from __future__ import annotations
 
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from kafka.admin import NewTopic
@@ -56,11 +56,12 @@ class TopicOutcome:
     """On the cluster: an existing topic keeps its own count, whatever the settings say."""
 
 
-def create_topics(settings: Settings) -> list[TopicOutcome]:
-    """Create every topic that does not exist yet; existing topics are left as they are."""
+def create_topics(settings: Settings, extra: Sequence[TopicSpec] = ()) -> list[TopicOutcome]:
+    """Create every topic (:func:`all_topics`, and ``extra`` ones) that does not exist yet;
+    existing topics are left as they are."""
     admin = admin_client(settings.kafka, client_id="lambdaline-topics")
     try:
-        specs = all_topics(settings)
+        specs = [*all_topics(settings), *extra]
         existing = partition_counts(admin, [spec.name for spec in specs])
         replication = min(3, len(admin.describe_cluster()["brokers"]))
         outcomes = []

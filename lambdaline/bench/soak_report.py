@@ -1,0 +1,179 @@
+"""The soak's report.md, its README block and its time-series PNGs (matplotlib, no display)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from lambdaline.bench.report import FRESHNESS_LABELS
+
+TREND_NAMES = {
+    "lag_records": "consumer lag (records)",
+    "heap_after_gc_mb": "speed JVM heap after GC (MB)",
+    "rss_mb": "speed JVM RSS (MB)",
+    "state_rows": "state rows, every operator",
+}
+
+
+def _timeline(results: dict[str, Any]) -> list[tuple[str, float, dict[str, Any]]]:
+    """Every sample of the speed job's phases on one clock: (phase, minutes, sample)."""
+    points, offset = [], 0.0
+    for phase in results["phases"]:
+        if phase["name"] == "floor":
+            continue
+        for sample in phase["samples"]:
+            points.append((phase["name"], (offset + sample["t_s"]) / 60, sample))
+        if phase["samples"]:
+            offset += phase["samples"][-1]["t_s"]
+    return points
+
+
+def _state_by_operator(sample: dict[str, Any]) -> dict[str, float]:
+    return {
+        f"{query.removeprefix('speed.')}: {op['operator']}": float(op.get("rows") or 0)
+        for query, ops in sample["state"].items()
+        for op in ops
+    }
+
+
+def write_soak_charts(results: dict[str, Any], folder: Path) -> dict[str, str]:
+    """soak-rates.png, soak-memory.png, soak-state.png, soak-freshness.png."""
+    line = _timeline(results)
+    minutes = [m for _, m, _ in line]
+    window_start = None
+    soak = next(p for p in results["phases"] if p["name"] == "soak")
+    if soak["samples"]:
+        window_start = (soak["samples"][-1]["t_s"] - results["trend_window_s"]) / 60
+
+    def finish(axis: Any, name: str, title: str) -> str:
+        if window_start is not None:
+            axis.axvline(window_start, color="grey", linestyle=":", label="trend window")
+        axis.set_xlabel("minutes")
+        axis.set_title(title)
+        axis.legend(fontsize=7, loc="upper left")
+        axis.figure.tight_layout()
+        axis.figure.savefig(folder / name, dpi=110)
+        plt.close(axis.figure)
+        return name
+
+    charts = {}
+    _, axis = plt.subplots(figsize=(8, 3.4))
+    axis.plot(minutes, [s["input_per_s"] for _, _, s in line], label="input events/s")
+    axis.plot(minutes, [s["processed_per_s"] for _, _, s in line], label="processed/s")
+    lag = axis.twinx()
+    lag.plot(minutes, [s["lag_records"] for _, _, s in line], color="tab:red", label="lag")
+    lag.set_ylabel("lag (records)")
+    charts["rates"] = finish(axis, "soak-rates.png", "input, processed and lag")
+
+    _, axis = plt.subplots(figsize=(8, 3.4))
+    heap = [(m, s["heap_after_gc_mb"]) for _, m, s in line if s["heap_after_gc_mb"] is not None]
+    axis.plot([m for m, _ in heap], [v for _, v in heap], label="heap after GC (MB)")
+    axis.plot(minutes, [s["rss_mb"] for _, _, s in line], label="RSS (MB)")
+    charts["memory"] = finish(axis, "soak-memory.png", "the speed JVM's memory")
+
+    _, axis = plt.subplots(figsize=(8, 3.4))
+    names = sorted({name for _, _, s in line for name in _state_by_operator(s)})
+    for name in names:
+        axis.plot(minutes, [_state_by_operator(s).get(name, 0) for _, _, s in line], label=name)
+    charts["state"] = finish(axis, "soak-state.png", "state rows per stateful operator")
+
+    _, axis = plt.subplots(figsize=(8, 3.4))
+    for view in FRESHNESS_LABELS:
+        points = [(m, x) for _, m, s in line for x in s.get("freshness_s", {}).get(view, [])]
+        axis.scatter([m for m, _ in points], [x for _, x in points], s=8,
+                     label=FRESHNESS_LABELS[view])  # fmt: skip
+    axis.set_ylabel("seconds to visible")
+    charts["freshness"] = finish(axis, "soak-freshness.png", "freshness of probes per view")
+    return charts
+
+
+def _row(*cells: object) -> str:
+    return "| " + " | ".join(str(cell) for cell in cells) + " |"
+
+
+def soak_table(results: dict[str, Any]) -> list[str]:
+    """The headline table of a soak run."""
+    options, cpu = results["options"], results["cpu_us_per_event"]
+    highest = results["highest_flat_rate"]
+    lines = [
+        _row("soak", "figure"),
+        _row("---", "---"),
+        _row("rate, duration", f"{options['rate']:g} events/s for {options['minutes']:g} min "
+             f"(state full after {results['state_fills_after_s'] / 60:g} min)"),
+    ]  # fmt: skip
+    for name, verdict in results["trends"].items():
+        growth = verdict["fitted_growth"]
+        lines.append(
+            _row(
+                f"{TREND_NAMES[name]}, last {results['trend_window_s'] / 60:g} min",
+                f"mean {verdict['mean']}, fitted growth {growth} (limit {verdict['limit']}): "
+                f"{'flat' if verdict['flat'] else 'RISING'}",
+            )
+        )
+    lines.append(
+        _row(
+            "highest rate with flat lag for 15 min",
+            "none of the steps"
+            if highest is None
+            else f"{highest['offered_per_s']:g} events/s offered "
+            f"({highest['processed_per_s']:g}/s processed)",
+        )
+    )
+    for view, quantiles in results["freshness_s"].items():
+        lines.append(
+            _row(
+                f"freshness: {FRESHNESS_LABELS.get(view, view)}",
+                f"p50 {quantiles['p50']} s / p99 {quantiles['p99']} s "
+                f"({quantiles['samples']} probes)",
+            )
+        )
+    lines.append(
+        _row(
+            "CPU per event: speed job / floor job",
+            f"{cpu['speed_job']} µs / {cpu['floor_job']} µs (x{cpu['ratio']})",
+        )
+    )
+    return lines
+
+
+def soak_readme_block(results: dict[str, Any], charts: dict[str, str], where: str) -> list[str]:
+    """The README's soak block: the table and the charts, from a run's results."""
+    machine = results["machine"]
+    return [
+        f"`lambdaline bench soak --rate {results['options']['rate']:g} --minutes "
+        f"{results['options']['minutes']:g}` on {machine.get('cores')} cores, "
+        f"{results['started_at'][:10]}:",
+        "",
+        *soak_table(results),
+        "",
+        *(f"![{name}]({where}/{file})" for name, file in charts.items()),
+    ]
+
+
+def write_soak_report(results: dict[str, Any], folder: Path, charts: dict[str, str]) -> Path:
+    lines = [
+        "# lambdaline bench soak",
+        "",
+        *soak_table(results),
+        "",
+        "Trend limits: "
+        + "; ".join(
+            f"{TREND_NAMES[name]}: {rule}" for name, rule in results["trend_limits"].items()
+        ),
+        "",
+        "Micro-batch seconds (p50/p99): "
+        + ", ".join(
+            f"{query} {q['p50']}/{q['p99']}" for query, q in results.get("microbatch_s", {}).items()
+        ),
+        "",
+        *(f"![{name}]({file})" for name, file in charts.items()),
+        "",
+    ]
+    path = folder / "report.md"
+    path.write_text("\n".join(lines))
+    return path

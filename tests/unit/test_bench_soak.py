@@ -1,0 +1,64 @@
+"""The soak's pure parts: GC log parsing, trends, offsets read, CPU per event."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from lambdaline.bench.soak import (
+    cpu_per_event_us,
+    fitted_growth,
+    heap_after_gc_mb,
+    read_offsets,
+    trend,
+)
+
+GC_LOG = """\
+[0.012s] Using G1
+[3.118s] GC(0) Pause Young (Normal) (G1 Evacuation Pause) 24M->6M(256M) 4.512ms
+[9.874s] GC(1) Pause Young (Concurrent Start) (Metadata GC Threshold) 118M->21M(256M) 7.1ms
+[9.881s] GC(2) Concurrent Mark Cycle
+[60.2s] GC(3) Pause Full (System.gc()) 1G->512K(1G) 120.0ms
+"""
+
+
+def test_heap_after_each_collection_is_read_from_a_unified_gc_log() -> None:
+    assert heap_after_gc_mb(GC_LOG.splitlines()) == [6.0, 21.0, 0.5]
+
+
+def test_fitted_growth_is_the_lines_rise_over_the_span() -> None:
+    # values 10, 12, 14, 16 at t 0, 10, 20, 30: slope 0.2 per s over 30 s
+    assert fitted_growth([(0, 10), (10, 12), (20, 14), (30, 16)]) == pytest.approx(6.0)
+    # a saw-tooth around a level: no rise
+    assert fitted_growth([(0, 5), (10, 9), (20, 5), (30, 9), (40, 5)]) == pytest.approx(0.0)
+    assert fitted_growth([(0, 1), (10, 2)]) is None  # too few points to call a trend
+
+
+def test_a_trend_is_flat_only_under_its_limit() -> None:
+    rising = trend([(0, 100), (10, 200), (20, 300)], limit=150)
+    assert (rising["fitted_growth"], rising["flat"]) == (200.0, False)
+    level = trend([(0, 100), (10, 120), (20, 100)], limit=150)
+    assert (level["fitted_growth"], level["flat"], level["mean"]) == (0.0, True, 106.7)
+
+
+def test_offsets_read_count_the_named_topics_only() -> None:
+    progress = {
+        "source_end_offsets": [
+            {"toll.entries": {"0": 10, "1": 5}},
+            {"toll.exits": {"0": 7}, "other": {"0": 1000}},
+        ]
+    }
+    assert read_offsets(progress, ["toll.entries", "toll.exits"]) == 22
+    assert read_offsets({}, ["toll.entries"]) == 0
+
+
+def sample(read: int, cpu: float) -> dict[str, Any]:
+    return {"read_records": read, "cpu_s": cpu}
+
+
+def test_cpu_per_event_is_cpu_over_records_read_between_first_and_last() -> None:
+    # 20,000 records in 3 CPU-seconds: 150 µs each
+    assert cpu_per_event_us([sample(1000, 10.0), sample(5000, 11.0), sample(21000, 13.0)]) == 150.0
+    assert cpu_per_event_us([sample(1000, 10.0)]) is None
+    assert cpu_per_event_us([sample(1000, 10.0), sample(1000, 12.0)]) is None
