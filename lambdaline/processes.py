@@ -61,7 +61,10 @@ class Supervisor:
         return child
 
     def died(self) -> Child | None:
-        return next((c for c in self.children if c.process.poll() is not None), None)
+        """A child that exited without being stopped, if any."""
+        return next(
+            (c for c in self.children if not c.stopped and c.process.poll() is not None), None
+        )
 
     def stop(
         self, child: Child, force: threading.Event | None = None, grace: float = STOP_GRACE_S
