@@ -17,7 +17,7 @@ CONSTRAINTS ?= constraints.txt
 # the JDK that Spark, the broker and keytool run on: JAVA_HOME's, as their own scripts do
 JAVA   := $(if $(JAVA_HOME),$(JAVA_HOME)/bin/java,java)
 
-.PHONY: setup prerequisites jars demo test test-fast test-unit lint lock bench bench-generator bench-batch clean
+.PHONY: setup prerequisites jars demo test test-fast test-unit lint lock bench bench-soak bench-generator bench-batch clean
 
 setup: prerequisites $(STAMP) jars
 
@@ -77,6 +77,12 @@ test-unit: test-fast
 bench: setup
 	$(BIN)/lambdaline bench --out bench-results
 	$(BIN)/python benchmarks/publish_bench.py
+
+# lambdaline bench soak at 2,000 events/s (95 min: state fills in 62) with a ramp, then
+# its table and charts into README.md and docs/bench/soak/
+bench-soak: setup
+	$(BIN)/lambdaline bench soak --rate 2000 --minutes 95 --ramp 3000,4000 --out bench-results
+	$(BIN)/python benchmarks/publish_bench.py $$(ls -td bench-results/*-soak-* | head -1)
 
 bench-generator: setup
 	$(BIN)/python benchmarks/generator_throughput.py

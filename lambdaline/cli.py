@@ -359,6 +359,14 @@ def demo(
 # --- bench ------------------------------------------------------------------------------
 
 
+def _print_report(folder: Path) -> None:
+    """A benchmark's table (report.md's table rows) and where its files are."""
+    for line in (folder / "report.md").read_text().splitlines():
+        if line.startswith("|"):
+            out.print(line, highlight=False, soft_wrap=True)
+    out.print(f"results: {folder}/results.json, report.md, *.png")
+
+
 bench_app = typer.Typer(
     help="Benchmarks on this machine: both layers side by side (no subcommand), or a soak."
 )
@@ -402,10 +410,7 @@ def bench(
         except bench_run.BenchError as error:
             console.print(f"[red]error:[/red] {error}", highlight=False)
             raise typer.Exit(1) from None
-    for line in (folder / "report.md").read_text().splitlines():
-        if line.startswith("|"):
-            out.print(line, highlight=False, soft_wrap=True)
-    out.print(f"results: {folder}/results.json, report.md, *.png")
+    _print_report(folder)
 
 
 @bench_app.command("soak")
@@ -447,10 +452,7 @@ def bench_soak(
         except soak.SoakError as error:
             console.print(f"[red]error:[/red] {error}", highlight=False)
             raise typer.Exit(1) from None
-    for line in (folder / "report.md").read_text().splitlines():
-        if line.startswith("|"):
-            out.print(line, highlight=False, soft_wrap=True)
-    out.print(f"results: {folder}/results.json, report.md, *.png")
+    _print_report(folder)
 
 
 @bench_app.command("floor-job", hidden=True)

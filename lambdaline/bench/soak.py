@@ -463,6 +463,10 @@ def summarise(phases: list[Phase], options: SoakOptions, settings: Settings) -> 
         "state_fills_after_s": (settings.views.max_trip + settings.views.watermark).total_seconds(),
         "trend_window_s": window_s,
         "trend_limits": TREND_LIMITS,
+        "window_rates_per_s": {
+            name: round(sum(s[f"{name}_per_s"] for s in tail) / len(tail), 1) if tail else 0.0
+            for name in ("input", "processed")
+        },
         "trends": trends,
         "no_upward_trend": all(t["flat"] for t in trends.values()),
         "highest_flat_rate": highest,

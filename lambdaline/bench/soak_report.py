@@ -48,7 +48,7 @@ def write_soak_charts(results: dict[str, Any], folder: Path) -> dict[str, str]:
     window_start = None
     soak = next(p for p in results["phases"] if p["name"] == "soak")
     if soak["samples"]:
-        window_start = (soak["samples"][-1]["t_s"] - results["trend_window_s"]) / 60
+        window_start = max(0.0, (soak["samples"][-1]["t_s"] - results["trend_window_s"]) / 60)
 
     def finish(axis: Any, name: str, title: str) -> str:
         if window_start is not None:
@@ -106,6 +106,13 @@ def soak_table(results: dict[str, Any]) -> list[str]:
         _row("rate, duration", f"{options['rate']:g} events/s for {options['minutes']:g} min "
              f"(state full after {results['state_fills_after_s'] / 60:g} min)"),
     ]  # fmt: skip
+    rates = results["window_rates_per_s"]
+    lines.append(
+        _row(
+            f"input / processed, last {results['trend_window_s'] / 60:g} min",
+            f"{rates['input']:g} / {rates['processed']:g} events/s",
+        )
+    )
     for name, verdict in results["trends"].items():
         growth = verdict["fitted_growth"]
         lines.append(
@@ -151,7 +158,7 @@ def soak_readme_block(results: dict[str, Any], charts: dict[str, str], where: st
         "",
         *soak_table(results),
         "",
-        *(f"![{name}]({where}/{file})" for name, file in charts.items()),
+        " ".join(f"![{name}]({where}/{file})" for name, file in charts.items()),
     ]
 
 

@@ -22,7 +22,7 @@ from shared.platform.kafka_admin import kafka_consumer, kafka_producer
 from shared.platform.kafka_security import security_environment
 from shared.platform.topic_admin import create_topics
 from shared.settings import Settings
-from tests.scenarios import ThreeDays, entry_value, exit_value, registration_value
+from tests.scenarios import Lookback, ThreeDays, entry_value, exit_value, registration_value
 
 
 def isolated_settings(kafka: Settings, state_dir: Path) -> Settings:
@@ -161,6 +161,15 @@ def close_the_day(settings: Settings) -> None:
             )
         ],
     )
+
+
+def lookback_scenario(kafka: Settings, state_dir: Path) -> Settings:
+    """Isolated settings with ``tests.scenarios.Lookback``'s lookback, its input sent."""
+    settings = isolated_settings(kafka, state_dir).updated(registration_lookback=Lookback.LOOKBACK)
+    send(settings, settings.topics.registrations, Lookback.REGISTRATIONS)
+    send(settings, settings.topics.entries, Lookback.ENTRIES)
+    send(settings, settings.topics.exits, Lookback.EXITS)
+    return settings
 
 
 def send_three_days(settings: Settings) -> None:

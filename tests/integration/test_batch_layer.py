@@ -54,6 +54,7 @@ from tests.integration.helpers import (
     batch_rows,
     environment_of,
     isolated_settings,
+    lookback_scenario,
     run_cli,
     send,
     send_three_days,
@@ -115,11 +116,7 @@ def test_dead_letters_up_to_the_run_date_with_reasons(first_run: Settings) -> No
 def test_a_registration_applies_for_the_lookback_only(
     kafka: Settings, spark: SparkSession, tmp_path: Path
 ) -> None:
-    settings = isolated_settings(kafka, tmp_path)
-    settings = settings.updated(registration_lookback=Lookback.LOOKBACK)
-    send(settings, settings.topics.registrations, Lookback.REGISTRATIONS)
-    send(settings, settings.topics.entries, Lookback.ENTRIES)
-    send(settings, settings.topics.exits, Lookback.EXITS)
+    settings = lookback_scenario(kafka, tmp_path)
     batch(spark, settings, date(2026, 1, 5))
 
     assert [

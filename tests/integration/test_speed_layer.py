@@ -15,6 +15,7 @@ from shared.settings import Settings
 from speed_layer import job
 from tests.integration.helpers import (
     isolated_settings,
+    lookback_scenario,
     read_all,
     send,
     speed_booth_stats,
@@ -237,11 +238,7 @@ def test_expired_registrations_and_diagnostics(
 def test_a_registration_applies_for_the_lookback_only(
     kafka: Settings, spark: SparkSession, tmp_path: Path
 ) -> None:
-    settings = isolated_settings(kafka, tmp_path)
-    settings = settings.updated(registration_lookback=Lookback.LOOKBACK)
-    send(settings, settings.topics.registrations, Lookback.REGISTRATIONS)
-    send(settings, settings.topics.entries, Lookback.ENTRIES)
-    send(settings, settings.topics.exits, Lookback.EXITS)
+    settings = lookback_scenario(kafka, tmp_path)
     job.run(spark, settings, available_now=True)
 
     alerts = speed_view(settings, "expired_registrations").values()
