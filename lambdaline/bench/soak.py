@@ -9,7 +9,8 @@ every :data:`SAMPLE_S` seconds samples:
   the lookups query, which reads every input topic, had read by its latest
   micro-batch);
 - the consumer lag of each query: records on the broker it had not read;
-- the speed JVM's heap after GC (from its GC log) and its RSS (``/proc``;
+- the speed JVM's heap after a full GC (asked for every
+  :data:`FULL_GC_EVERY_S`, read from its GC log) and its RSS (``/proc``;
   RocksDB's memory is off the heap, so RSS is where a leak of it shows);
 - state rows and bytes of every stateful operator (``speed.progress``);
 - the speed job's CPU (its process tree, from ``/proc``);
@@ -33,6 +34,7 @@ import json
 import os
 import re
 import secrets
+import subprocess
 import tempfile
 import threading
 import time
@@ -51,6 +53,7 @@ from lambdaline.bench.measure import cpu_seconds_by_process, machine, percentile
 from lambdaline.kafka_broker import ephemeral_broker, free_port
 from lambdaline.processes import Child, Supervisor, log_tail, wait_until_answers
 from shared.domain.events import format_instant
+from shared.platform.jvm import jdk_tool
 from shared.platform.kafka_admin import kafka_consumer, kafka_producer, offset_bounds
 from shared.platform.kafka_security import security_environment
 from shared.platform.topic_admin import TopicSpec, create_topics
@@ -89,18 +92,32 @@ class SoakOptions:
 
 # --- pure parts (unit-tested) -------------------------------------------------------------
 
-_GC_PAUSE = re.compile(r"GC\(\d+\) Pause.* (\d+)([KMG])->(\d+)([KMG])\((\d+)([KMG])\)")
+_FULL_GC = re.compile(r"GC\(\d+\) Pause Full.* (\d+)([KMG])->(\d+)([KMG])\((\d+)([KMG])\)")
 _UNIT_MB = {"K": 1 / 1024, "M": 1.0, "G": 1024.0}
+FULL_GC_EVERY_S = 120.0
+"""How often the soak asks the speed JVM for a full collection (``jcmd GC.run``): the
+heap after it is what the job holds live. After a young collection the heap
+still holds whatever old garbage G1 has not yet marked, which rises between its
+marking cycles whether anything leaks or not. A full collection of this heap
+takes well under a second: a fraction of a percent of the run."""
 
 
 def heap_after_gc_mb(lines: list[str]) -> list[float]:
-    """The heap in use after each collection a unified JVM GC log (``-Xlog:gc``) names."""
+    """The heap in use after each full collection a unified GC log (``-Xlog:gc``) names."""
     found = []
     for line in lines:
-        match = _GC_PAUSE.search(line)
+        match = _FULL_GC.search(line)
         if match:
             found.append(int(match.group(3)) * _UNIT_MB[match.group(4)])
     return found
+
+
+def _full_gc(pids: list[int]) -> None:
+    """Ask each JVM for a full collection; it logs the heap after it (``-Xlog:gc``)."""
+    for pid in pids:
+        subprocess.run(
+            [jdk_tool("jcmd"), str(pid), "GC.run"], capture_output=True, timeout=120, check=False
+        )
 
 
 def fitted_growth(points: list[tuple[float, float]]) -> float | None:
@@ -271,7 +288,7 @@ class Soak:
         gc_seen = 0
         sent: list[Probe] = []
         reported: set[tuple[int, str]] = set()
-        next_probe = time.monotonic()
+        next_probe = next_gc = time.monotonic()
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             if died := self.children.died():
@@ -279,6 +296,9 @@ class Soak:
             if probes is not None and time.monotonic() >= next_probe:
                 sent.append(probes.send())
                 next_probe += self.options.probe_every_s
+            if time.monotonic() >= next_gc:
+                _full_gc(_java_pids(job.process.pid))
+                next_gc += FULL_GC_EVERY_S
             time.sleep(max(0.0, last["t"] + SAMPLE_S - time.monotonic()))
             now = time.monotonic()
             end, cpu = self._end_offsets(), self._cpu(job)

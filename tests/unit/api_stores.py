@@ -128,6 +128,8 @@ def fill_speed(tables: SpeedTables) -> None:
     tables.note_progress(json.dumps({
         "query": "speed.booth_stats", "watermark": "2026-01-06T00:58:00.000Z",
         "view_settings": VIEW_SETTINGS,
+        "state_operators": [{"operator": "stateStoreSave", "rows": 4, "memory_bytes": 132184,
+                             "disk_bytes": 0}],
     }).encode())  # fmt: skip
 
 

@@ -283,6 +283,11 @@ def test_status_health_and_metrics(client: TestClient) -> None:
     assert status["batch_row_counts"]["booth_stats"] == 3
     assert status["speed_row_counts"]["booth_stats"] == 4
     assert status["speed_records_rejected"] == 0
+    assert status["speed_state"] == {
+        "speed.booth_stats": [
+            {"operator": "stateStoreSave", "rows": 4, "memory_bytes": 132184, "disk_bytes": 0}
+        ]
+    }
     assert client.get("/healthz").json() == {"status": "ok"}
     not_ready = client.get("/readyz")  # no consumer in this app: never caught up
     assert not_ready.status_code == 503

@@ -219,3 +219,18 @@ def test_progress_records_give_the_view_settings_the_speed_store_was_written_wit
     ]
     tables.forget_progress()  # speed.progress created again
     assert tables.view_settings == []
+
+
+def test_progress_records_give_each_querys_state_operators() -> None:
+    tables = SpeedTables()
+    head = '{"query": "speed.lookups", "view_settings": {"window": "5m"}'
+    with pytest.raises(BadSpeedRecordError, match="not a progress report"):
+        tables.note_progress(f'{head}, "state_operators": [{{"rows": 3}}]}}'.encode())
+    assert tables.state_by_query == {}
+    tables.note_progress(f"{head}}}".encode())  # a report of an earlier release: none
+    assert tables.state_by_query == {"speed.lookups": []}
+    join = '{"operator": "symmetricHashJoin#1", "rows": 3}'
+    tables.note_progress(f'{head}, "state_operators": [{join}]}}'.encode())
+    assert tables.state_by_query == {
+        "speed.lookups": [{"operator": "symmetricHashJoin#1", "rows": 3}]
+    }
