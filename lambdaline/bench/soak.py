@@ -460,16 +460,22 @@ def summarise(phases: list[Phase], options: SoakOptions, settings: Settings) -> 
         )
         long_enough = (phase.samples[-1]["t_s"] if phase.samples else 0) >= 15 * 60 - SAMPLE_S
         if step_lag["flat"] and long_enough:
-            processed = [s["processed_per_s"] for s in phase.samples]
-            mean = round(sum(processed) / len(processed), 1)
+            count = len(phase.samples)
             flat_rates.append(
-                {"phase": phase.name, "offered_per_s": phase.rate, "processed_per_s": mean}
+                {
+                    "phase": phase.name,
+                    "offered_per_s": phase.rate,
+                    "input_per_s": round(sum(s["input_per_s"] for s in phase.samples) / count, 1),
+                    "processed_per_s": round(
+                        sum(s["processed_per_s"] for s in phase.samples) / count, 1
+                    ),
+                }
             )
     freshness: dict[str, list[float]] = {view: [] for view in PROBED_VIEWS}
     for sample in tail:
         for view, seen in sample.get("freshness_s", {}).items():
             freshness[view] += seen
-    highest = max(flat_rates, key=lambda r: r["offered_per_s"]) if flat_rates else None
+    highest = max(flat_rates, key=lambda r: r["input_per_s"]) if flat_rates else None
     fresh = {view: {**_quantiles(seen), "samples": len(seen)} for view, seen in freshness.items()}
     speed_cpu = cpu_per_event_us(tail)
     floor = by_name.get("floor")

@@ -127,8 +127,8 @@ def soak_table(results: dict[str, Any]) -> list[str]:
             "highest rate with flat lag for 15 min",
             "none of the steps"
             if highest is None
-            else f"{highest['offered_per_s']:g} events/s offered "
-            f"({highest['processed_per_s']:g}/s processed)",
+            else f"{highest['input_per_s']:g} events/s in, {highest['processed_per_s']:g}/s "
+            f"processed ({highest['phase']}, {highest['offered_per_s']:g}/s offered)",
         )
     )
     for view, quantiles in results["freshness_s"].items():
