@@ -63,13 +63,6 @@ SPEED_SPARK_CONF: dict[str, str] = {
     # and memtables), off the heap: the process's RSS stays within heap + this
     "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": "true",
     "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": "256",
-    # the joins' state format 4 (RocksDB only): state keyed by event time with
-    # a time index, so a micro-batch's eviction reads what it evicts, where
-    # formats up to 3 scan the whole store every micro-batch (seconds at a
-    # million rows, and the trip join holds max_trip of entries). Spark
-    # records a checkpoint's format and keeps it
-    "spark.sql.streaming.join.stateFormatV4.enabled": "true",
-    "spark.sql.streaming.join.stateFormatVersion": "4",
     # two lanes of queries on few task slots: with Spark's default (FIFO) a
     # booth_stats micro-batch waits for every task of a lookups micro-batch
     # submitted before it; with fair pools it gets the next free slot
