@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
+from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
 
@@ -52,6 +53,8 @@ they feed in the other."""
 SCHEDULER_POOLS_FILE = Path(__file__).with_name("scheduler_pools.xml")
 """Declares :data:`FRESH_POOL` and :data:`LOOKUPS_POOL` (equal weights, FIFO within)."""
 
+JOIN_STATE_FORMAT_CONF = "spark.sql.streaming.join.stateFormatVersion"
+
 SPEED_SPARK_CONF: dict[str, str] = {
     # state off the heap, bounded by the watermark (speed_layer.lookups); a
     # checkpoint keeps the provider it was made with (checkpoint.claim_state_store)
@@ -63,6 +66,11 @@ SPEED_SPARK_CONF: dict[str, str] = {
     # and memtables), off the heap: the process's RSS stays within heap + this
     "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": "true",
     "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": "256",
+    # a join's state in one store a partition, its four parts (each side's keys
+    # and values) as column families, not four stores to load and commit each
+    # micro-batch; only RocksDB has column families (speed_spark_conf). A
+    # checkpoint keeps the format it was made with.
+    JOIN_STATE_FORMAT_CONF: "3",
     # two lanes of queries on few task slots: with Spark's default (FIFO) a
     # booth_stats micro-batch waits for every task of a lookups micro-batch
     # submitted before it; with fair pools it gets the next free slot
@@ -80,9 +88,23 @@ SPEED_SPARK_CONF: dict[str, str] = {
 layer"). The ``spark_conf`` setting overrides any of it."""
 
 
+def speed_spark_conf(user_conf: Mapping[str, str]) -> dict[str, str]:
+    """:data:`SPEED_SPARK_CONF` for a session with the user's ``spark_conf`` over it.
+
+    A user who keeps state with another provider than RocksDB gets Spark's default
+    join state format (2) unless they set one: the column families of format 3
+    are RocksDB's alone.
+    """
+    conf = dict(SPEED_SPARK_CONF)
+    provider = user_conf.get(STATE_STORE_PROVIDER_CONF, ROCKSDB_PROVIDER)
+    if provider != ROCKSDB_PROVIDER and JOIN_STATE_FORMAT_CONF not in user_conf:
+        conf[JOIN_STATE_FORMAT_CONF] = "2"
+    return conf
+
+
 def speed_spark_session(settings: Settings, app_name: str = "lambdaline-speed") -> SparkSession:
-    """The SparkSession the speed job wants: the shared one, with :data:`SPEED_SPARK_CONF`."""
-    return spark_session(settings, app_name, extra_config=SPEED_SPARK_CONF)
+    """The SparkSession the speed job wants: the shared one, with :func:`speed_spark_conf`."""
+    return spark_session(settings, app_name, extra_config=speed_spark_conf(settings.spark.conf))
 
 
 def read_input_topics(

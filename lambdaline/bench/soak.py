@@ -239,7 +239,12 @@ class Soak:
         self.settings, self.options, self.folder, self.console = settings, options, folder, console
         self.api_key = secrets.token_urlsafe(12)
         self.gc_log = folder / "gc-speed.log"
-        spark_conf = {"spark.driver.extraJavaOptions": f"-Xlog:gc:file={self.gc_log}:uptime"}
+        # the user's Spark conf, with the GC log added to any driver JVM options it has
+        spark_conf = dict(settings.spark.conf)
+        java_options = spark_conf.get("spark.driver.extraJavaOptions", "")
+        spark_conf["spark.driver.extraJavaOptions"] = (
+            f"{java_options} -Xlog:gc:file={self.gc_log}:uptime".strip()
+        )
         self.env = {
             **os.environ,
             "LAMBDALINE_STATE_DIR": str(settings.state_dir),
@@ -520,7 +525,8 @@ def run(base: Settings, options: SoakOptions, console: Console) -> Path:
         ephemeral_broker(Path(state), kafka_heap=base.kafka.heap) as broker,
     ):
         create_topics(broker)
-        soak = Soak(broker, options, folder.resolve(), console)
+        # the broker's settings, with the user's Spark conf (the soak adds its GC log)
+        soak = Soak(broker.updated(spark_conf=base.spark.conf), options, folder.resolve(), console)
         began = time.monotonic()
         try:
             results = soak.run()

@@ -212,12 +212,17 @@ def test_a_checkpoint_of_the_other_state_store_is_refused_until_a_reset(
 ) -> None:
     settings = isolated_settings(kafka, tmp_path)
     send(settings, settings.topics.entries, OneDay.ENTRIES)
-    # a checkpoint made with Spark's default store, as before the job chose RocksDB
+    # a checkpoint made with Spark's default store and join state format, as
+    # before the job chose RocksDB (the session was made with the speed job's conf)
+    hdfs_conf = job.speed_spark_conf({STATE_STORE_PROVIDER_CONF: HDFS_PROVIDER})
+    assert hdfs_conf[job.JOIN_STATE_FORMAT_CONF] == "2"
     spark.conf.set(STATE_STORE_PROVIDER_CONF, HDFS_PROVIDER)
+    spark.conf.set(job.JOIN_STATE_FORMAT_CONF, "2")
     try:
         job.run(spark, settings, available_now=True)
     finally:
         spark.conf.set(STATE_STORE_PROVIDER_CONF, ROCKSDB_PROVIDER)
+        spark.conf.set(job.JOIN_STATE_FORMAT_CONF, job.SPEED_SPARK_CONF[job.JOIN_STATE_FORMAT_CONF])
     assert state_store_provider(checkpoint_dir(settings) / "booth_stats") == HDFS_PROVIDER
 
     refused = run_cli(settings, "speed", "run", "--available-now")
