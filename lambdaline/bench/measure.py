@@ -58,6 +58,14 @@ def cpu_seconds_by_process(root: int) -> dict[int, tuple[str, float]]:
     return found
 
 
+def machine_cpu_seconds() -> tuple[float, float]:
+    """Busy and elapsed CPU seconds of the whole machine since boot, every core summed
+    (``/proc/stat``; idle and I/O wait are not busy)."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    total = sum(values)  # user nice system idle iowait irq softirq steal
+    return (total - values[3] - values[4]) / CLOCK_TICKS, total / CLOCK_TICKS
+
+
 def cpu_seconds_of_tree(root: int) -> float:
     """CPU seconds of a process and its descendants (live ones, and the reaped ones)."""
     return sum(seconds for _, seconds in cpu_seconds_by_process(root).values())

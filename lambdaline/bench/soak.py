@@ -49,8 +49,15 @@ from rich.console import Console
 
 from lambdaline.bench.floor import FLOOR_PROGRESS_TOPIC, FLOOR_QUERY, FLOOR_TOPIC
 from lambdaline.bench.freshness import PROBED_VIEWS, FreshnessProbes, Probe
-from lambdaline.bench.measure import cpu_seconds_by_process, machine, percentile
+from lambdaline.bench.measure import (
+    cpu_seconds_by_process,
+    cpu_seconds_of_tree,
+    machine,
+    machine_cpu_seconds,
+    percentile,
+)
 from lambdaline.kafka_broker import ephemeral_broker, free_port
+from lambdaline.kafka_broker import status as broker_status
 from lambdaline.processes import Child, Supervisor, log_tail, wait_until_answers
 from shared.domain.events import format_instant
 from shared.platform.jvm import jdk_tool
@@ -64,8 +71,9 @@ RECORDS_PER_ENTRY = 2.06
 """Records the generator sends per entry with its default fractions (measured)."""
 TREND_WINDOW = timedelta(minutes=30)
 STEP_FLAT_LAG_S = 10.0
-"""A ramp step's lag is flat if its fitted growth over the step is under this many
-seconds of input (the step's rate times it)."""
+"""A phase's lag is flat if its fitted growth over the phase's last :data:`FLAT_WINDOW`
+is under this many seconds of input (the phase's rate times it)."""
+FLAT_WINDOW = timedelta(minutes=15)
 TREND_LIMITS = {
     "lag_records": "fitted growth over the window below 10 s of input (rate x 10 s)",
     "heap_after_gc_mb": "fitted growth over the window below 10 % of its mean, or 64 MB",
@@ -258,6 +266,7 @@ class Soak:
         self.inputs = settings.topics.inputs()
         self.phases: list[Phase] = []
         self.traffic: Child | None = None
+        self.broker_pid = broker_status(settings).pid
 
     def step(self, text: str) -> None:
         self.console.print(f"[bold]soak[/bold] {text}", highlight=False)
@@ -290,6 +299,7 @@ class Soak:
         self.phases.append(phase)
         last = {"t": time.monotonic(), "end": self._end_offsets(), "cpu": self._cpu(job)}
         last["read"] = read_offsets(follower.latest.get(query, {}), self.inputs)
+        stack, machine_busy = self._stack_cpu(), machine_cpu_seconds()
         gc_seen = 0
         sent: list[Probe] = []
         reported: set[tuple[int, str]] = set()
@@ -314,12 +324,25 @@ class Soak:
             gc_seen = len(gc_lines)
             elapsed = now - last["t"]
             java = _java_pids(job.process.pid)
+            stack_now, busy_now = self._stack_cpu(), machine_cpu_seconds()
             sample: dict[str, Any] = {
                 "t_s": round(now - phase.began, 1),
                 "input_per_s": round((end - last["end"]) / elapsed, 1),
                 "processed_per_s": round((read - last["read"]) / elapsed, 1),
                 "lag_records": max(0, end - read),
                 "cpu_cores": round((cpu - last["cpu"]) / elapsed, 3),
+                # every part on the machine, and the machine: what the job competes with
+                "stack_cores": {
+                    part: round((seconds - stack[part]) / elapsed, 3)
+                    for part, seconds in stack_now.items()
+                    if part in stack
+                },
+                "machine_busy_cores": round(
+                    (busy_now[0] - machine_busy[0])
+                    / (busy_now[1] - machine_busy[1])
+                    * (os.cpu_count() or 1),
+                    3,
+                ),
                 "cpu_s": round(cpu, 2),
                 "read_records": read,
                 "heap_after_gc_mb": round(after_gc[-1], 1) if after_gc else None,
@@ -337,10 +360,22 @@ class Soak:
                 f"  {phase.name} {sample['t_s']:>7.0f} s | in {sample['input_per_s']:>7.0f}/s "
                 f"| done {sample['processed_per_s']:>7.0f}/s | lag {sample['lag_records']:>8,} "
                 f"| cpu {sample['cpu_cores']:.2f} | heap {sample['heap_after_gc_mb']} MB "
-                f"| rss {sample['rss_mb']} MB",
+                f"| rss {sample['rss_mb']} MB | machine {sample['machine_busy_cores']:.2f} cores",
                 highlight=False,
             )
             last = {"t": now, "end": end, "cpu": cpu, "read": read}
+            stack, machine_busy = stack_now, busy_now
+
+    def _stack_cpu(self) -> dict[str, float]:
+        """CPU seconds so far of each running part: the broker and every child."""
+        parts = {
+            child.name.split("-")[0]: cpu_seconds_of_tree(child.process.pid)
+            for child in self.children.children
+            if not child.stopped
+        }
+        if self.broker_pid is not None:
+            parts["broker"] = cpu_seconds_of_tree(self.broker_pid)
+        return parts
 
     @staticmethod
     def _cpu(job: Child) -> float:
@@ -407,6 +442,10 @@ class Soak:
         return {**results, **summarise(self.phases, options, self.settings)}
 
 
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
 def _quantiles(values: list[float]) -> dict[str, float | None]:
     return {
         name: (round(percentile(values, q), 3) if values else None)
@@ -460,20 +499,17 @@ def summarise(phases: list[Phase], options: SoakOptions, settings: Settings) -> 
     for phase in phases:
         if phase.name == "floor":
             continue
-        step_lag = trend(
-            _series(phase.samples, lambda s: s["lag_records"]), phase.rate * STEP_FLAT_LAG_S
-        )
-        long_enough = (phase.samples[-1]["t_s"] if phase.samples else 0) >= 15 * 60 - SAMPLE_S
-        if step_lag["flat"] and long_enough:
-            count = len(phase.samples)
+        last_s = phase.samples[-1]["t_s"] if phase.samples else 0.0
+        window = [s for s in phase.samples if s["t_s"] >= last_s - FLAT_WINDOW.total_seconds()]
+        step_lag = trend(_series(window, lambda s: s["lag_records"]), phase.rate * STEP_FLAT_LAG_S)
+        if step_lag["flat"] and last_s >= FLAT_WINDOW.total_seconds() - SAMPLE_S:
+            count = len(window)
             flat_rates.append(
                 {
                     "phase": phase.name,
                     "offered_per_s": phase.rate,
-                    "input_per_s": round(sum(s["input_per_s"] for s in phase.samples) / count, 1),
-                    "processed_per_s": round(
-                        sum(s["processed_per_s"] for s in phase.samples) / count, 1
-                    ),
+                    "input_per_s": round(sum(s["input_per_s"] for s in window) / count, 1),
+                    "processed_per_s": round(sum(s["processed_per_s"] for s in window) / count, 1),
                 }
             )
     freshness: dict[str, list[float]] = {view: [] for view in PROBED_VIEWS}
@@ -483,6 +519,14 @@ def summarise(phases: list[Phase], options: SoakOptions, settings: Settings) -> 
     highest = max(flat_rates, key=lambda r: r["input_per_s"]) if flat_rates else None
     fresh = {view: {**_quantiles(seen), "samples": len(seen)} for view, seen in freshness.items()}
     speed_cpu = cpu_per_event_us(tail)
+    parts = sorted({part for s in tail for part in s.get("stack_cores", {})})
+    stack_cores = {
+        part: round(
+            _mean([s["stack_cores"][part] for s in tail if part in s.get("stack_cores", {})]), 2
+        )
+        for part in parts
+    }
+    busy = [s["machine_busy_cores"] for s in tail if "machine_busy_cores" in s]
     floor = by_name.get("floor")
     floor_cpu = cpu_per_event_us(floor.samples) if floor else None
     return {
@@ -506,6 +550,11 @@ def summarise(phases: list[Phase], options: SoakOptions, settings: Settings) -> 
         "cpu_us_per_event": {
             "speed_job": speed_cpu, "floor_job": floor_cpu,
             "ratio": round(speed_cpu / floor_cpu, 2) if speed_cpu and floor_cpu else None,
+        },
+        "cpu_cores": {
+            "parts": stack_cores,
+            "machine_busy": round(_mean(busy), 2) if busy else None,
+            "machine": os.cpu_count(),
         },
         "phases": [
             {"name": p.name, "rate": p.rate, "samples": p.samples} for p in phases

@@ -145,6 +145,15 @@ def soak_table(results: dict[str, Any]) -> list[str]:
             f"{cpu['speed_job']} µs / {cpu['floor_job']} µs (x{cpu['ratio']})",
         )
     )
+    cores = results.get("cpu_cores")
+    if cores and cores["parts"]:
+        parts = ", ".join(f"{part} {value:g}" for part, value in cores["parts"].items())
+        lines.append(
+            _row(
+                f"CPU cores, last {results['trend_window_s'] / 60:g} min",
+                f"{parts}; the machine busy {cores['machine_busy']} of {cores['machine']}",
+            )
+        )
     return lines
 
 

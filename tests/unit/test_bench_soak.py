@@ -1,18 +1,23 @@
-"""The soak's pure parts: GC log parsing, trends, offsets read, CPU per event."""
+"""The soak's pure parts: GC log parsing, trends, offsets read, CPU per event, verdicts."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from lambdaline.bench.soak import (
+    Phase,
+    SoakOptions,
     cpu_per_event_us,
     fitted_growth,
     heap_after_gc_mb,
     read_offsets,
+    summarise,
     trend,
 )
+from shared.settings import Settings
 
 GC_LOG = """\
 [0.012s] Using G1
@@ -63,3 +68,40 @@ def test_cpu_per_event_is_cpu_over_records_read_between_first_and_last() -> None
     assert cpu_per_event_us([sample(1000, 10.0), sample(5000, 11.0), sample(21000, 13.0)]) == 150.0
     assert cpu_per_event_us([sample(1000, 10.0)]) is None
     assert cpu_per_event_us([sample(1000, 10.0), sample(1000, 12.0)]) is None
+
+
+def phase_samples(minutes: int, lag: Callable[[int], int], rate: float) -> list[dict[str, Any]]:
+    """One sample a minute (t = 0..minutes), everything else steady."""
+    return [
+        {
+            "t_s": 60.0 * m, "input_per_s": rate, "processed_per_s": rate, "lag_records": lag(m),
+            "cpu_s": 60.0 * m, "read_records": int(rate * 60 * m), "heap_after_gc_mb": 300.0,
+            "rss_mb": 2000.0, "state": {"speed.lookups": [{"operator": "join", "rows": 1000}]},
+            "stack_cores": {"speed": 1.0, "api": 0.25 if m % 2 else 0.35},
+            "machine_busy_cores": 1.9,
+        }
+        for m in range(minutes + 1)
+    ]  # fmt: skip
+
+
+def test_the_highest_flat_rate_is_judged_on_each_phases_last_15_minutes() -> None:
+    # the soak at 2,000/s: lag flat for 40 min, then rising 5,000 a minute for the
+    # last 20 (75,000 over its last 15 min, over 2,000 x 10 s = 20,000): not flat.
+    # The step at 1,500/s: lag high at first (the backlog the soak left), then flat
+    # at 3,000 for its last 15 minutes: flat
+    soak = Phase("soak", 2000.0, samples=phase_samples(60, lambda m: max(0, m - 40) * 5000, 2000.0))
+    step = Phase("ramp-1500", 1500.0, samples=phase_samples(20, lambda m: 90_000 if m < 5 else 3000, 1500.0))  # fmt: skip
+    options = SoakOptions(rate=2000.0, minutes=60.0, ramp=(1500.0,), floor_minutes=0.0)
+
+    results = summarise([soak, step], options, Settings())
+
+    assert [r["phase"] for r in results["flat_rates"]] == ["ramp-1500"]
+    assert results["highest_flat_rate"]["offered_per_s"] == 1500.0
+    assert results["trends"]["lag_records"]["flat"] is False
+    # the last 30 minutes of the soak: speed 1.0; the API 0.25 and 0.35 in turn
+    # (t = 30..60: 31 samples, 16 at 0.35 on even minutes, 15 at 0.25)
+    assert results["cpu_cores"]["parts"] == {
+        "api": round((16 * 0.35 + 15 * 0.25) / 31, 2),
+        "speed": 1.0,
+    }
+    assert results["cpu_cores"]["machine_busy"] == 1.9
