@@ -103,6 +103,12 @@ class StateOperator(BaseModel):
     disk_bytes: int | None = Field(
         None, description="its state at rest (RocksDB: SST files on local disk)"
     )
+    time_ms: dict[str, int] = Field(
+        default_factory=dict,
+        description="its last micro-batch's time in ms, summed over partitions: updates, "
+        "removals, commit, and within RocksDB its writer stalls, compaction, commit's "
+        "flush/compact/checkpoint and load",
+    )
 
 
 class StatusResponse(BaseModel):

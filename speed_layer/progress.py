@@ -53,9 +53,27 @@ STATE_DISK_METRICS = ("rocksdbSstFileSize", "stateOnCurrentVersionSizeBytes")
 (its memory is ``memoryUsedBytes``); the HDFS-backed store's current version."""
 
 
+STATE_TIME_METRICS = {
+    "updates": "allUpdatesTimeMs",
+    "removals": "allRemovalsTimeMs",
+    "commit": "commitTimeMs",
+}
+"""Where a stateful operator's micro-batch went, in ms summed over its partitions."""
+ROCKSDB_TIME_METRICS = {
+    "rocksdb_writer_stall": "rocksdbWriterStallLatencyMs",
+    "rocksdb_compaction": "rocksdbTotalCompactionLatencyMs",
+    "rocksdb_commit_flush": "rocksdbCommitFlushLatency",
+    "rocksdb_commit_compact": "rocksdbCommitCompactLatency",
+    "rocksdb_commit_checkpoint": "rocksdbCommitCheckpointLatency",
+    "rocksdb_load": "rocksdbLoadLatencyMs",
+}
+"""The same within RocksDB (its custom metrics): what a long commit or load waited for."""
+
+
 def state_operators(progress: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Each stateful operator's state in a progress report: its name (numbered where a
-    query has several of one kind, in plan order), rows, memory and bytes at rest."""
+    query has several of one kind, in plan order), rows, memory, bytes at rest and
+    where its micro-batch's time went (``time_ms``)."""
     operators = progress.get("stateOperators") or []
     names = [op.get("operatorName", "state") for op in operators]
     reported = []
@@ -70,6 +88,14 @@ def state_operators(progress: Mapping[str, Any]) -> list[dict[str, Any]]:
                 "rows": op.get("numRowsTotal"),
                 "memory_bytes": op.get("memoryUsedBytes"),
                 "disk_bytes": disk,
+                "time_ms": {
+                    **{name: op[key] for name, key in STATE_TIME_METRICS.items() if key in op},
+                    **{
+                        name: metrics[key]
+                        for name, key in ROCKSDB_TIME_METRICS.items()
+                        if key in metrics
+                    },
+                },
             }
         )
     return reported

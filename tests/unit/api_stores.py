@@ -129,7 +129,7 @@ def fill_speed(tables: SpeedTables) -> None:
         "query": "speed.booth_stats", "watermark": "2026-01-06T00:58:00.000Z",
         "view_settings": VIEW_SETTINGS,
         "state_operators": [{"operator": "stateStoreSave", "rows": 4, "memory_bytes": 132184,
-                             "disk_bytes": 0}],
+                             "disk_bytes": 0, "time_ms": {"commit": 120, "updates": 31}}],
     }).encode())  # fmt: skip
 
 

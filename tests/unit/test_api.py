@@ -285,7 +285,13 @@ def test_status_health_and_metrics(client: TestClient) -> None:
     assert status["speed_records_rejected"] == 0
     assert status["speed_state"] == {
         "speed.booth_stats": [
-            {"operator": "stateStoreSave", "rows": 4, "memory_bytes": 132184, "disk_bytes": 0}
+            {
+                "operator": "stateStoreSave",
+                "rows": 4,
+                "memory_bytes": 132184,
+                "disk_bytes": 0,
+                "time_ms": {"commit": 120, "updates": 31},
+            }
         ]
     }
     assert client.get("/healthz").json() == {"status": "ok"}

@@ -17,10 +17,13 @@ REPORT = """{
   "eventTime": {"max": "2026-11-25T09:14:58.501Z", "watermark": "2026-11-25T09:12:58.501Z"},
   "stateOperators": [
     {"operatorName": "stateStoreSave", "numRowsTotal": 40, "numRowsDroppedByWatermark": 2,
-     "memoryUsedBytes": 132184, "customMetrics": {"rocksdbSstFileSize": 2048,
-                                                  "rocksdbGetCount": 12}},
+     "memoryUsedBytes": 132184, "allUpdatesTimeMs": 31, "allRemovalsTimeMs": 4,
+     "commitTimeMs": 120, "customMetrics": {"rocksdbSstFileSize": 2048, "rocksdbGetCount": 12,
+                                            "rocksdbWriterStallLatencyMs": 0,
+                                            "rocksdbCommitFlushLatency": 55}},
     {"operatorName": "dedupeWithinWatermark", "numRowsTotal": 7, "numRowsDroppedByWatermark": 1,
-     "memoryUsedBytes": 900, "customMetrics": {"stateOnCurrentVersionSizeBytes": 512}}
+     "memoryUsedBytes": 900, "commitTimeMs": 9,
+     "customMetrics": {"stateOnCurrentVersionSizeBytes": 512}}
   ],
   "sources": [{"description": "KafkaV2[Subscribe[toll.entries]]",
                "startOffset": {"toll.entries": {"0": 5, "1": 3}},
@@ -43,9 +46,11 @@ def test_the_record_holds_the_watermark_rates_late_rows_and_offsets_of_the_repor
         "rows_dropped_by_watermark": 3,
         "state_rows": 47,
         "state_operators": [
-            {"operator": "stateStoreSave", "rows": 40, "memory_bytes": 132184, "disk_bytes": 2048},
+            {"operator": "stateStoreSave", "rows": 40, "memory_bytes": 132184, "disk_bytes": 2048,
+             "time_ms": {"updates": 31, "removals": 4, "commit": 120,
+                         "rocksdb_writer_stall": 0, "rocksdb_commit_flush": 55}},
             {"operator": "dedupeWithinWatermark", "rows": 7, "memory_bytes": 900,
-             "disk_bytes": 512},
+             "disk_bytes": 512, "time_ms": {"commit": 9}},
         ],
         "source_end_offsets": [{"toll.entries": {"0": 9, "1": 6}}],
     }  # fmt: skip
