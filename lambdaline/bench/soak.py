@@ -379,7 +379,7 @@ class Soak:
 
     @staticmethod
     def _cpu(job: Child) -> float:
-        return sum(seconds for _, seconds in cpu_seconds_by_process(job.process.pid).values())
+        return cpu_seconds_of_tree(job.process.pid)
 
     def run(self) -> dict[str, Any]:
         options = self.options
@@ -495,7 +495,7 @@ def summarise(phases: list[Phase], options: SoakOptions, settings: Settings) -> 
         "rss_mb": trend(rss, limited(rss, 0.10, 64.0)),
         "state_rows": trend(rows, limited(rows, 0.05, 1.0)),
     }
-    flat_rates = []
+    flat_rates: list[dict[str, Any]] = []
     for phase in phases:
         if phase.name == "floor":
             continue
@@ -503,13 +503,12 @@ def summarise(phases: list[Phase], options: SoakOptions, settings: Settings) -> 
         window = [s for s in phase.samples if s["t_s"] >= last_s - FLAT_WINDOW.total_seconds()]
         step_lag = trend(_series(window, lambda s: s["lag_records"]), phase.rate * STEP_FLAT_LAG_S)
         if step_lag["flat"] and last_s >= FLAT_WINDOW.total_seconds() - SAMPLE_S:
-            count = len(window)
             flat_rates.append(
                 {
                     "phase": phase.name,
                     "offered_per_s": phase.rate,
-                    "input_per_s": round(sum(s["input_per_s"] for s in window) / count, 1),
-                    "processed_per_s": round(sum(s["processed_per_s"] for s in window) / count, 1),
+                    "input_per_s": round(_mean([s["input_per_s"] for s in window]), 1),
+                    "processed_per_s": round(_mean([s["processed_per_s"] for s in window]), 1),
                 }
             )
     freshness: dict[str, list[float]] = {view: [] for view in PROBED_VIEWS}
