@@ -554,7 +554,13 @@ class Settings(BaseModel):
 
     def updated(self, **changes: Any) -> Settings:
         """These settings with some changed (by flat name, or a whole group), validated."""
-        return Settings.model_validate({**self.flat(), **changes})
+        # a whole group replaces its own flat names, which would otherwise win over it
+        kept = {
+            name: value
+            for name, value in self.flat().items()
+            if name not in FLAT_NAMES or FLAT_NAMES[name][0] not in changes
+        }
+        return Settings.model_validate({**kept, **changes})
 
     # --- where things live, derived ----------------------------------------------------
     @property

@@ -452,7 +452,10 @@ def run(base: Settings, options: BenchOptions, console: Console) -> Path:
         tempfile.TemporaryDirectory(prefix="lambdaline-bench-") as state,
         ephemeral_broker(Path(state), kafka_heap=base.kafka.heap) as broker,
     ):
-        settings = broker.updated(batch_max_offsets_per_trigger=None)
+        # the user's views, speed job and Spark, as the children inherit them
+        settings = broker.updated(
+            views=base.views, speed=base.speed, spark=base.spark, batch_max_offsets_per_trigger=None
+        )
         create_topics(settings)
         bench = Bench(settings, options, folder, console)
         try:

@@ -67,7 +67,14 @@ from shared.platform.topic_admin import TopicSpec, create_topics
 from shared.settings import Settings
 
 SAMPLE_S = 10.0
+MICRO_BATCH_FIELDS = ("batch_id", "batch_duration_ms", "num_input_rows")
+"""What a sample keeps of each query's latest progress report besides its state."""
 RECORDS_PER_ENTRY = 2.06
+PLATE_REVISIT = timedelta(minutes=10)
+"""How often, on average, a plate of the soak's traffic enters a booth: its plate pool
+grows with the rate. The generator's default pool (5,000 plates) at 500 entries/s has
+each plate entering every 10 s, so a join key (booth, plate) holds ~36 entries of the
+last max_trip and the joins' cost per record grows with their state."""
 """Records the generator sends per entry with its default fractions (measured)."""
 TREND_WINDOW = timedelta(minutes=30)
 STEP_FLAT_LAG_S = 10.0
@@ -280,9 +287,11 @@ class Soak:
         """(Re)start the generator at ``rate`` events per second, in real time."""
         if self.traffic is not None:
             self.children.stop(self.traffic)
+        entries_per_s = rate / RECORDS_PER_ENTRY
+        plates = max(5000, round(entries_per_s * PLATE_REVISIT.total_seconds()))
         self.traffic = self.children.spawn(
             f"traffic-{rate:g}", "generate", "--events", str(10**12), "--start", "now",
-            "--speedup", "1", "--traffic", f"{rate / RECORDS_PER_ENTRY:g}",
+            "--speedup", "1", "--traffic", f"{entries_per_s:g}", "--plates", str(plates),
             "--seed", str(self.options.seed + len(self.phases)), "--workers", "1",
         )  # fmt: skip
 
@@ -349,6 +358,11 @@ class Soak:
                 "rss_mb": _rss_mb(java) if java else None,
                 "state": {
                     name: p.get("state_operators", [])
+                    for name, p in sorted(follower.latest.items())
+                },
+                # each query's latest micro-batch: how long it took for how many rows
+                "micro_batches": {
+                    name: {key: p.get(key) for key in MICRO_BATCH_FIELDS}
                     for name, p in sorted(follower.latest.items())
                 },
             }
@@ -573,8 +587,10 @@ def run(base: Settings, options: SoakOptions, console: Console) -> Path:
         ephemeral_broker(Path(state), kafka_heap=base.kafka.heap) as broker,
     ):
         create_topics(broker)
-        # the broker's settings, with the user's Spark conf (the soak adds its GC log)
-        soak = Soak(broker.updated(spark_conf=base.spark.conf), options, folder.resolve(), console)
+        # the broker's settings with the user's views, speed job and Spark (the soak adds
+        # its GC log): the children read the same from the environment they inherit
+        settings = broker.updated(views=base.views, speed=base.speed, spark=base.spark)
+        soak = Soak(settings, options, folder.resolve(), console)
         began = time.monotonic()
         try:
             results = soak.run()

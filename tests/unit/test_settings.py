@@ -223,3 +223,15 @@ def test_extra_spark_conf_is_json_and_a_bad_value_is_named(monkeypatch: pytest.M
         SettingsError, match=r"invalid setting spark_conf \(LAMBDALINE_SPARK_CONF\): not valid JSON"
     ):
         get_settings()
+
+
+def test_updated_takes_a_whole_group_or_flat_names(tmp_path: Path) -> None:
+    """How the bench and the soak keep the user's views, speed job and Spark on a broker of
+    their own."""
+    users = Settings(state_dir=tmp_path / "user", max_trip="25m", spark_conf={"a": "b"})
+    broker = Settings(state_dir=tmp_path / "bench", kafka_bootstrap="127.0.0.1:1")
+    moved = broker.updated(views=users.views, spark=users.spark, window="10m")
+    assert moved.views.max_trip == timedelta(minutes=25)
+    assert moved.views.window == timedelta(minutes=10)  # a flat name over its group
+    assert moved.spark.conf == {"a": "b"}
+    assert (moved.state_dir, moved.kafka.bootstrap) == (tmp_path / "bench", "127.0.0.1:1")
