@@ -190,14 +190,7 @@ def recompute(
     entries = _events(spark, settings, TOLL_ENTRY, dates, persist=True)
     exits = _events(spark, settings, TOLL_EXIT, exit_dates)
     registrations = _events(spark, settings, VEHICLE_REGISTRATION, registration_dates)
-    views = all_views(
-        entries,
-        exits,
-        registrations,
-        views_settings.window,
-        views_settings.max_trip,
-        views_settings.registration_lookback,
-    )
+    views = all_views(entries, exits, registrations, views_settings.sizes)
     views[DEAD_LETTERS] = master.read_dead_letters(spark, settings, dates)
     return views
 

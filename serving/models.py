@@ -32,6 +32,7 @@ ROW_TYPES: dict[ColumnType, Any] = {
     ColumnType.COUNT: int,
     ColumnType.MONEY: Decimal,
     ColumnType.SECONDS: float,
+    ColumnType.TEXT_LIST: list[str],
 }
 """Each view column type as the API's rows hold it."""
 

@@ -81,6 +81,12 @@ def _decimal(limit: Decimal, field: Any) -> Decimal:
     return _within(limit, number)  # type: ignore[no-any-return]
 
 
+def _texts(items: list[Any]) -> list[str]:
+    if any(type(item) is not str for item in items):
+        raise ValueError
+    return items
+
+
 def _converter(sql_type: str) -> Callable[[Any], Any]:
     """A column's JSON value -> the value it holds; raises ValueError (or an
     ArithmeticError) for one it cannot hold. It runs for every field the API
@@ -97,7 +103,7 @@ def _converter(sql_type: str) -> Callable[[Any], Any]:
     else:
         readers: dict[str, tuple[tuple[type, ...], Callable[[Any], Any]]] = {
             "TIMESTAMP": ((str,), stored_instant), "DOUBLE": ((int, float), float),
-            "VARCHAR": ((str,), str), "BOOLEAN": ((bool,), bool),
+            "VARCHAR": ((str,), str), "BOOLEAN": ((bool,), bool), "VARCHAR[]": ((list,), _texts),
         }  # fmt: skip
         accepted, read = readers[kind]
 

@@ -54,6 +54,7 @@ from pydantic_settings import (
 )
 
 from shared.domain.topics import Topics
+from shared.domain.view_specs import ViewSizes
 from shared.platform.cron import check_cron
 
 ENV_PREFIX = "LAMBDALINE_"
@@ -369,6 +370,17 @@ class ViewSettings(SettingsGroup):
     window: Annotated[PositiveDuration, AfterValidator(_divides_a_day)] = Field(
         timedelta(minutes=5), description="booth_stats tumbling window (divides a day)"
     )
+    rolling_window: Annotated[PositiveDuration, AfterValidator(_divides_a_day)] = Field(
+        timedelta(hours=1), description="booth_rolling hopping window's length (divides a day)"
+    )
+    rolling_slide: Annotated[PositiveDuration, AfterValidator(_divides_a_day)] = Field(
+        timedelta(minutes=5),
+        description="how far booth_rolling's windows advance (divides rolling_window)",
+    )
+    session_gap: PositiveDuration = Field(
+        timedelta(minutes=30),
+        description="vehicle_visits: entries of a plate less than this apart are one visit",
+    )
     max_trip: PositiveDuration = Field(timedelta(hours=1), description="longest entry->exit trip")
     watermark: PositiveDuration = Field(
         timedelta(minutes=2), description="speed-layer lateness bound"
@@ -389,6 +401,29 @@ class ViewSettings(SettingsGroup):
         "(with their full length and SHA-256)",
     )
 
+    @model_validator(mode="after")
+    def _slide_divides_the_rolling_window(self) -> Self:
+        # every entry is in the same number of windows, and a window starts on a
+        # multiple of the slide (so on a day's first instant too)
+        if self.rolling_window % self.rolling_slide != timedelta(0):
+            raise ValueError(
+                f"rolling_slide {duration_label(self.rolling_slide)} must divide "
+                f"rolling_window {duration_label(self.rolling_window)} evenly"
+            )
+        return self
+
+    @property
+    def sizes(self) -> ViewSizes:
+        """The durations the view functions take."""
+        return ViewSizes(
+            window=self.window,
+            rolling_window=self.rolling_window,
+            rolling_slide=self.rolling_slide,
+            session_gap=self.session_gap,
+            max_trip=self.max_trip,
+            registration_lookback=self.registration_lookback,
+        )
+
     @property
     def labels(self) -> dict[str, str]:
         """The settings that shape the views' rows, as ``duration_label`` text.
@@ -399,6 +434,9 @@ class ViewSettings(SettingsGroup):
         """
         return {
             "window": duration_label(self.window),
+            "rolling_window": duration_label(self.rolling_window),
+            "rolling_slide": duration_label(self.rolling_slide),
+            "session_gap": duration_label(self.session_gap),
             "max_trip": duration_label(self.max_trip),
             "registration_lookback": duration_label(self.registration_lookback),
         }

@@ -299,3 +299,82 @@ class Lookback:
         ("b1", "2026-01-05T10:00:00", 1),
     ]
     """(booth, window start, count): both layers' ``diagnostics`` (every row is one)."""
+
+
+# --- Windows: hopping windows and sessions, 2026-01-05 to 06 -------------------------------
+
+
+class Windows:
+    """Entries for ``booth_rolling`` (15-min windows every 5 min here: each entry is in
+    three) and ``vehicle_visits`` (gap 30 min), in the order the speed layer is sent
+    them; every expected row worked out by hand.
+
+    - w1, w2 (b1): overlapping hopping windows. w1 at 10:02 is in the windows of
+      09:50, 09:55 and 10:00; w2 at 10:07 in those of 09:55, 10:00 and 10:05.
+    - P1 (w1 at b1, w3 at b2 18 min later, w4 70 min after w3): two visits split by
+      the gap, the first with its booths in entry order.
+    - P3: w5 at 12:00, w6 at 12:31 (31 min: a gap), then w7 at 12:29:30, sent after
+      w6 yet within the 2-min watermark: it fills the gap (29.5 and 1.5 min), so
+      P3 has one visit of three entries.
+    - P4: w8 at 23:50, w9 at 00:10 the next day: one visit across midnight, of the
+      day it starts.
+    - w10 (b9, P9, 23:59 on the 6th) only moves the speed layer's watermark past
+      every other visit's end (its own stays open).
+    """
+
+    ROLLING_WINDOW = timedelta(minutes=15)
+    ROLLING_SLIDE = timedelta(minutes=5)
+    GAP = timedelta(minutes=30)
+    ENTRIES: ClassVar[list[Record]] = [
+        entry("w1", "b1", "P1", "2026-01-05T10:02:00.000Z", "2.00"),
+        entry("w2", "b1", "P2", "2026-01-05T10:07:00.000Z", "3.00"),
+        entry("w3", "b2", "P1", "2026-01-05T10:20:00.000Z", "1.50"),
+        entry("w4", "b1", "P1", "2026-01-05T11:30:00.000Z", "4.00"),
+        entry("w5", "b3", "P3", "2026-01-05T12:00:00.000Z", "1.00"),
+        entry("w6", "b3", "P3", "2026-01-05T12:31:00.000Z", "1.00"),
+        entry("w7", "b4", "P3", "2026-01-05T12:29:30.000Z", "1.00", "2026-01-05T12:31:05.000Z"),
+        entry("w8", "b5", "P4", "2026-01-05T23:50:00.000Z", "2.50"),
+        entry("w9", "b6", "P4", "2026-01-06T00:10:00.000Z", "2.50"),
+        entry("w10", "b9", "P9", "2026-01-06T23:59:00.000Z", "1.00"),
+    ]
+    BOOTH_ROLLING: ClassVar[list[tuple[str, str, int, str]]] = [
+        ("b1", "2026-01-05T09:50:00", 1, "2.00"),
+        ("b1", "2026-01-05T09:55:00", 2, "5.00"),
+        ("b1", "2026-01-05T10:00:00", 2, "5.00"),
+        ("b1", "2026-01-05T10:05:00", 1, "3.00"),
+        ("b1", "2026-01-05T11:20:00", 1, "4.00"),
+        ("b1", "2026-01-05T11:25:00", 1, "4.00"),
+        ("b1", "2026-01-05T11:30:00", 1, "4.00"),
+        ("b2", "2026-01-05T10:10:00", 1, "1.50"),
+        ("b2", "2026-01-05T10:15:00", 1, "1.50"),
+        ("b2", "2026-01-05T10:20:00", 1, "1.50"),
+        ("b3", "2026-01-05T11:50:00", 1, "1.00"),
+        ("b3", "2026-01-05T11:55:00", 1, "1.00"),
+        ("b3", "2026-01-05T12:00:00", 1, "1.00"),
+        ("b3", "2026-01-05T12:20:00", 1, "1.00"),
+        ("b3", "2026-01-05T12:25:00", 1, "1.00"),
+        ("b3", "2026-01-05T12:30:00", 1, "1.00"),
+        ("b4", "2026-01-05T12:15:00", 1, "1.00"),
+        ("b4", "2026-01-05T12:20:00", 1, "1.00"),
+        ("b4", "2026-01-05T12:25:00", 1, "1.00"),
+        ("b5", "2026-01-05T23:40:00", 1, "2.50"),
+        ("b5", "2026-01-05T23:45:00", 1, "2.50"),
+        ("b5", "2026-01-05T23:50:00", 1, "2.50"),
+        ("b6", "2026-01-06T00:00:00", 1, "2.50"),
+        ("b6", "2026-01-06T00:05:00", 1, "2.50"),
+        ("b6", "2026-01-06T00:10:00", 1, "2.50"),
+        ("b9", "2026-01-06T23:45:00", 1, "1.00"),
+        ("b9", "2026-01-06T23:50:00", 1, "1.00"),
+        ("b9", "2026-01-06T23:55:00", 1, "1.00"),
+    ]
+    """(booth, window start, vehicles, tolls): each window is 15 minutes long."""
+    VISITS: ClassVar[list[tuple[str, str, str, int, list[str], str]]] = [
+        ("P1", "2026-01-05T10:02:00", "2026-01-05T10:50:00", 2, ["b1", "b2"], "3.50"),
+        ("P1", "2026-01-05T11:30:00", "2026-01-05T12:00:00", 1, ["b1"], "4.00"),
+        ("P2", "2026-01-05T10:07:00", "2026-01-05T10:37:00", 1, ["b1"], "3.00"),
+        ("P3", "2026-01-05T12:00:00", "2026-01-05T13:01:00", 3, ["b3", "b4", "b3"], "3.00"),
+        ("P4", "2026-01-05T23:50:00", "2026-01-06T00:40:00", 2, ["b5", "b6"], "5.00"),
+        ("P9", "2026-01-06T23:59:00", "2026-01-07T00:29:00", 1, ["b9"], "1.00"),
+    ]
+    """(plate, start, end, entries, booths, tolls): the speed layer has all but P9's,
+    whose end the watermark has not passed."""

@@ -40,19 +40,26 @@ class Source(StrEnum):
     MIXED = "mixed"
 
 
-def sources_for(start: datetime, end: datetime, horizon: datetime | None) -> tuple[Source, ...]:
+def sources_for(
+    start: datetime,
+    end: datetime,
+    horizon: datetime | None,
+    rule: Horizon = Horizon.TIME_BEFORE,
+) -> tuple[Source, ...]:
     """The stores the merge can take rows from for times in [start, end), in merge order.
 
     A range wholly below the horizon is answered by the batch store alone, one
     from the horizon on (or any range before a batch version exists) by the
     speed store alone; one that straddles it needs both, and an empty range none.
+    Under ``END_AT_OR_BEFORE`` a row that starts before H can end after it, so a
+    range below H needs the speed store too.
     """
     if horizon is None:
         return (Source.SPEED,) if start < end else ()
     sides = []
     if start < min(end, horizon):
         sides.append(Source.BATCH)
-    if max(start, horizon) < end:
+    if max(start, horizon) < end or (rule is Horizon.END_AT_OR_BEFORE and start < end):
         sides.append(Source.SPEED)
     return tuple(sides)
 
@@ -75,22 +82,24 @@ def merge_at_horizon(
     horizon: datetime | str | None,
     final_before: datetime | str | None = None,
 ) -> list[Row]:
-    """Batch rows before the horizon plus speed rows from it, each tagged with its source
-    and whether it is final: every batch row, and the speed rows whose ``final.column``
-    is at or before ``final_before`` (:func:`final_cut`; None: none is).
+    """The batch rows on the batch side of the horizon plus the speed rows on the other, as
+    the view's ``horizon`` rule says (:class:`shared.domain.view_specs.Horizon`), each
+    tagged with its source and whether it is final: every batch row, and the speed rows
+    whose ``final.column`` is at or before ``final_before`` (:func:`final_cut`; None:
+    none is).
 
     Times and horizon are datetimes, or ISO-8601 UTC strings of one fixed format
     (``shared.domain.events.format_instant``), which order exactly as their instants.
     """
-    assert view.horizon is Horizon.TIME_BEFORE, view.horizon
-    time_column, final_column = view.time_column, view.final.column
+    side_column, final_column = view.horizon_column, view.final.column
+    batch_side = _BATCH_SIDE[view.horizon]
     merged: list[Row] = []
     batch, speed = Source.BATCH.value, Source.SPEED.value  # looked up once, not per row
     if horizon is not None:
         merged += [
             {**row, "final": True, "source": batch}
             for row in batch_rows
-            if row[time_column] < horizon
+            if batch_side(row[side_column], horizon)
         ]
     merged += [
         {
@@ -99,9 +108,16 @@ def merge_at_horizon(
             "source": speed,
         }
         for row in speed_rows
-        if horizon is None or row[time_column] >= horizon
+        if horizon is None or not batch_side(row[side_column], horizon)
     ]
     return merged
+
+
+_BATCH_SIDE: dict[Horizon, Callable[[Any, Any], bool]] = {
+    Horizon.TIME_BEFORE: operator.lt,
+    Horizon.END_AT_OR_BEFORE: operator.le,
+}
+"""Whether a row is the batch store's: its ``horizon_column`` against H, by the view's rule."""
 
 
 def best_candidates(view: ViewSpec, candidates: Iterable[Mapping[str, Any]]) -> list[Row]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from enum import StrEnum
 
 
@@ -38,6 +39,8 @@ class ColumnType(StrEnum):
     """A duration in seconds, with a fraction."""
     FLAG = "flag"
     """True or false."""
+    TEXT_LIST = "text_list"
+    """Texts in order."""
 
 
 class Aggregate(StrEnum):
@@ -58,6 +61,12 @@ class Horizon(StrEnum):
     TIME_BEFORE = "time_before"
     """The batch store's rows whose time column lies before H, the speed store's from H
     on: a row is wholly on one side, since its time is one instant."""
+    END_AT_OR_BEFORE = "end_at_or_before"
+    """The batch store's rows that end at or before H, the speed store's that end after
+    it. A row spans time (a hopping window, a session): one that straddles H is the
+    speed store's, whole, since the speed layer saw its events on both sides of H;
+    the batch layer saw only those before H, so its row of it is a part, or it cannot
+    tell the row is over (a session ending just before H may go on after it)."""
 
 
 class Combine(StrEnum):
@@ -110,6 +119,25 @@ class Final:
 
 
 @dataclass(frozen=True)
+class ViewSizes:
+    """The durations that shape the views' rows, the same in both layers
+    (``shared.settings.ViewSettings.sizes`` reads them from settings)."""
+
+    window: timedelta
+    """booth_stats' tumbling window."""
+    rolling_window: timedelta
+    """booth_rolling's hopping window."""
+    rolling_slide: timedelta
+    """How far booth_rolling's windows advance."""
+    session_gap: timedelta
+    """vehicle_visits: entries of a plate less than this apart are one visit."""
+    max_trip: timedelta
+    """The longest entry->exit trip."""
+    registration_lookback: timedelta
+    """How long a registration applies."""
+
+
+@dataclass(frozen=True)
 class Column:
     name: str
     type: ColumnType
@@ -141,6 +169,8 @@ class ViewSpec:
     """The name of one row's schema in the API."""
     final: Final
     horizon: Horizon = Horizon.TIME_BEFORE
+    end_column: str | None = None
+    """The instant a row ends (with ``horizon`` ``END_AT_OR_BEFORE``)."""
     combine: Combine = Combine.LATEST_MICRO_BATCH
     candidates: Candidates | None = None
     """How candidates rank (with ``combine`` ``BEST_CANDIDATE``)."""
@@ -151,7 +181,9 @@ class ViewSpec:
         object.__setattr__(self, "by_name", {column.name: column for column in self.columns})
         if (self.candidates is None) != (self.combine is not Combine.BEST_CANDIDATE):
             raise ValueError(f"view {self.name}: candidates go with {Combine.BEST_CANDIDATE}")
-        named = [*self.key, self.time_column, self.final.column]
+        if (self.end_column is None) != (self.horizon is not Horizon.END_AT_OR_BEFORE):
+            raise ValueError(f"view {self.name}: end_column goes with {Horizon.END_AT_OR_BEFORE}")
+        named = [*self.key, self.time_column, self.final.column, self.horizon_column]
         if self.candidates is not None:
             shown = [self.candidates.shown_if] if self.candidates.shown_if else []
             named += [*self.candidates.rank, *shown]
@@ -161,6 +193,11 @@ class ViewSpec:
         unknown = [name for name in named if name not in columns]
         if unknown or len(set(columns)) != len(columns):
             raise ValueError(f"view {self.name}: no column or a repeated one: {unknown}")
+
+    @property
+    def horizon_column(self) -> str:
+        """The column whose instant puts a row on its side of the horizon."""
+        return self.end_column if self.end_column is not None else self.time_column
 
     @property
     def column_names(self) -> tuple[str, ...]:
@@ -271,7 +308,50 @@ DIAGNOSTICS = ViewSpec(
     final=Final("window_start", plus=("window",), own_watermark=True),
 )
 
-VIEWS: tuple[ViewSpec, ...] = (BOOTH_STATS, VEHICLE_TRIPS, EXPIRED_REGISTRATIONS, DIAGNOSTICS)
+BOOTH_ROLLING = ViewSpec(
+    name="booth_rolling",
+    columns=(
+        Column("booth_id", ColumnType.TEXT),
+        Column("window_start", ColumnType.INSTANT),
+        Column("window_end", ColumnType.INSTANT),
+        Column("vehicle_count", ColumnType.COUNT),
+        Column("total_toll", ColumnType.MONEY, "sum of tolls, two decimal places"),
+    ),
+    key=("booth_id", "window_start"),
+    time_column="window_start",
+    api_row="BoothRollingRow",
+    final=Final("window_end"),
+    # windows overlap: one that straddles H is the speed store's, whole. They never
+    # roll up (an entry is in rolling_window / rolling_slide of them)
+    horizon=Horizon.END_AT_OR_BEFORE,
+    end_column="window_end",
+)
+
+VEHICLE_VISITS = ViewSpec(
+    name="vehicle_visits",
+    columns=(
+        Column("license_plate", ColumnType.TEXT),
+        Column("session_start", ColumnType.INSTANT, "the visit's first entry"),
+        Column("session_end", ColumnType.INSTANT, "its last entry plus session_gap"),
+        Column("entry_count", ColumnType.COUNT),
+        Column("booths", ColumnType.TEXT_LIST, "the booths of its entries, in entry order"),
+        Column("total_toll", ColumnType.MONEY, "sum of tolls, two decimal places"),
+    ),
+    key=("license_plate", "session_start"),
+    time_column="session_start",
+    api_row="VehicleVisitRow",
+    # the speed layer writes a session once the watermark passes its end (append):
+    # final as soon as it is there
+    final=Final("session_end"),
+    # a session the batch layer sees end at or before H is over (an entry at or
+    # after H is a gap or more from its last); one ending after H may go on
+    horizon=Horizon.END_AT_OR_BEFORE,
+    end_column="session_end",
+)
+
+VIEWS: tuple[ViewSpec, ...] = (
+    BOOTH_STATS, VEHICLE_TRIPS, EXPIRED_REGISTRATIONS, DIAGNOSTICS, BOOTH_ROLLING, VEHICLE_VISITS,
+)  # fmt: skip
 """Every view, in the contract's order."""
 
 VIEW_BY_NAME: Mapping[str, ViewSpec] = {view.name: view for view in VIEWS}

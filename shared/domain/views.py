@@ -1,4 +1,4 @@
-"""The four views of lambdaline, each defined once as DataFrame -> DataFrame.
+"""The views of lambdaline, each defined once as DataFrame -> DataFrame.
 
 These functions are the definition of truth: the batch layer applies them to
 the whole master dataset, and the speed layer wires the same functions between
@@ -25,7 +25,13 @@ from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from shared.domain.view_specs import EXPIRED_REGISTRATIONS, VEHICLE_TRIPS, Aggregate, ViewSpec
+from shared.domain.view_specs import (
+    EXPIRED_REGISTRATIONS,
+    VEHICLE_TRIPS,
+    Aggregate,
+    ViewSizes,
+    ViewSpec,
+)
 
 MONEY_TOTAL = T.DecimalType(18, 2)
 
@@ -88,6 +94,49 @@ def booth_stats(entries: DataFrame, window: timedelta) -> DataFrame:
             "total_toll",
             "first_entry_time",
             "last_entry_time",
+        )
+    )
+
+
+def booth_rolling(entries: DataFrame, size: timedelta, slide: timedelta) -> DataFrame:
+    """Vehicles and tolls per booth in hopping windows of ``size`` that start every ``slide``
+    over entry_time: an entry counts in each of the ``size / slide`` windows holding it."""
+    hopping = F.window("entry_time", _seconds(size), _seconds(slide)).alias("window")
+    return (
+        entries.groupBy("booth_id", hopping)
+        .agg(
+            F.count(F.lit(1)).alias("vehicle_count"),
+            F.sum("toll").cast(MONEY_TOTAL).alias("total_toll"),
+        )
+        .select(
+            "booth_id",
+            F.col("window.start").alias("window_start"),
+            F.col("window.end").alias("window_end"),
+            "vehicle_count",
+            "total_toll",
+        )
+    )
+
+
+def vehicle_visits(entries: DataFrame, gap: timedelta) -> DataFrame:
+    """Each plate's visits: runs of its entries less than ``gap`` apart, as Spark's
+    ``session_window`` makes them (a session ends at its last entry + ``gap``), with
+    the booths of its entries in entry order (ties by event_id)."""
+    ordered = F.sort_array(F.collect_list(F.struct("entry_time", "event_id", "booth_id")))
+    return (
+        entries.groupBy("license_plate", F.session_window("entry_time", _seconds(gap)).alias("s"))
+        .agg(
+            F.count(F.lit(1)).alias("entry_count"),
+            ordered.alias("_entries"),
+            F.sum("toll").cast(MONEY_TOTAL).alias("total_toll"),
+        )
+        .select(
+            "license_plate",
+            F.col("s.start").alias("session_start"),
+            F.col("s.end").alias("session_end"),
+            "entry_count",
+            F.transform("_entries", lambda entry: entry["booth_id"]).alias("booths"),
+            "total_toll",
         )
     )
 
@@ -336,12 +385,7 @@ def diagnostics(
 
 
 def all_views(
-    entries: DataFrame,
-    exits: DataFrame,
-    registrations: DataFrame,
-    window: timedelta,
-    max_trip: timedelta,
-    lookback: timedelta,
+    entries: DataFrame, exits: DataFrame, registrations: DataFrame, sizes: ViewSizes
 ) -> dict[str, DataFrame]:
     """Every view over static, deduplicated events: the definition of truth.
 
@@ -352,13 +396,16 @@ def all_views(
     No view reads the entry's ``event_id`` from either (entries without an exit
     or a registration are counted row by row), so neither keeps it.
     """
+    lookback, window = sizes.registration_lookback, sizes.window
     at_entry = registrations_at_entry(entries, registrations, lookback).drop("event_id")
     at_entry = at_entry.persist(PERSISTED)
-    matches = trip_matches(entries, exits, max_trip, "left_outer").drop("event_id")
+    matches = trip_matches(entries, exits, sizes.max_trip, "left_outer").drop("event_id")
     matches = matches.persist(PERSISTED)
     return {
         "booth_stats": booth_stats(entries, window),
         "vehicle_trips": earliest_exits(matches.where(F.col("exit_time").isNotNull())),
         "expired_registrations": expired_at_entry(at_entry),
         "diagnostics": diagnostics_from(unmatched_entries(matches), at_entry, window),
+        "booth_rolling": booth_rolling(entries, sizes.rolling_window, sizes.rolling_slide),
+        "vehicle_visits": vehicle_visits(entries, sizes.session_gap),
     }

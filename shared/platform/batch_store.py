@@ -35,6 +35,7 @@ DUCKDB_TYPES: Mapping[ColumnType, str] = {
     ColumnType.MONEY: "DECIMAL(18,2)",
     ColumnType.SECONDS: "DOUBLE",
     ColumnType.FLAG: "BOOLEAN",
+    ColumnType.TEXT_LIST: "VARCHAR[]",
 }
 """Each view column type as both stores hold it."""
 

@@ -15,7 +15,15 @@ from shared.domain.merge import (
     roll_up,
     sources_for,
 )
-from shared.domain.view_specs import BOOTH_STATS, DIAGNOSTICS, EXPIRED_REGISTRATIONS, VEHICLE_TRIPS
+from shared.domain.view_specs import (
+    BOOTH_ROLLING,
+    BOOTH_STATS,
+    DIAGNOSTICS,
+    EXPIRED_REGISTRATIONS,
+    VEHICLE_TRIPS,
+    VEHICLE_VISITS,
+    Horizon,
+)
 
 
 def at(text: str) -> datetime:
@@ -183,3 +191,65 @@ def test_the_best_candidate_per_view_key_is_the_row_if_it_is_shown() -> None:
         {**trip, "exit_time": at("2026-01-05T10:20"), "duration_seconds": 1200.0},
     ])  # fmt: skip
     assert trips == [{**trip, "exit_time": at("2026-01-05T10:20"), "duration_seconds": 1200.0}]
+
+
+def rolling(start: str, count: int) -> dict[str, Any]:
+    window_start = at(start)
+    return {
+        "booth_id": "b1", "window_start": window_start,
+        "window_end": window_start + timedelta(hours=1), "vehicle_count": count,
+        "total_toll": Decimal(count),
+    }  # fmt: skip
+
+
+def test_a_hopping_window_that_straddles_the_horizon_is_the_speed_stores_whole() -> None:
+    # H at midnight; 1-h windows every 5 min. The batch layer saw only the entries
+    # before H: its 23:30 window (ending 00:30) is a part, 2 of the 5 entries
+    batch = [rolling("2026-01-05T22:55", 4), rolling("2026-01-05T23:00", 3),
+             rolling("2026-01-05T23:30", 2)]  # fmt: skip
+    speed = [rolling("2026-01-05T23:00", 9), rolling("2026-01-05T23:30", 5),
+             rolling("2026-01-06T00:00", 3)]  # fmt: skip
+
+    merged = merge_at_horizon(BOOTH_ROLLING, batch, speed, H)
+
+    assert [(r["window_start"], r["vehicle_count"], r["source"]) for r in merged] == [
+        (at("2026-01-05T22:55"), 4, "batch"),  # ends 23:55, before H
+        (at("2026-01-05T23:00"), 3, "batch"),  # ends at H: the batch layer saw it whole
+        (at("2026-01-05T23:30"), 5, "speed"),  # straddles H
+        (at("2026-01-06T00:00"), 3, "speed"),
+    ]
+
+
+def visit(start: str, end: str, count: int) -> dict[str, Any]:
+    return {
+        "license_plate": "P1", "session_start": at(start), "session_end": at(end),
+        "entry_count": count, "booths": ["b1"] * count, "total_toll": Decimal(count),
+    }  # fmt: skip
+
+
+def test_a_session_is_the_batch_stores_only_if_it_ends_by_the_horizon() -> None:
+    batch = [
+        visit("2026-01-05T21:00", "2026-01-05T21:40", 2),
+        visit("2026-01-05T23:10", "2026-01-05T23:50", 1),  # over: an entry after H is > gap away
+        visit("2026-01-05T23:20", "2026-01-06T00:10", 2),  # may go on after H
+    ]
+    speed = [
+        visit("2026-01-05T21:00", "2026-01-05T21:40", 7),  # ends before H: the batch row's
+        visit("2026-01-05T23:20", "2026-01-06T00:50", 4),  # the same session, gone on past H
+    ]
+
+    merged = merge_at_horizon(VEHICLE_VISITS, batch, speed, H)
+
+    assert [(r["session_start"], r["entry_count"], r["source"]) for r in merged] == [
+        (at("2026-01-05T21:00"), 2, "batch"),
+        (at("2026-01-05T23:10"), 1, "batch"),
+        (at("2026-01-05T23:20"), 4, "speed"),
+    ]
+
+
+def test_rows_that_span_time_need_the_speed_store_below_the_horizon_too() -> None:
+    before = (at("2026-01-05T22:00"), at("2026-01-05T23:00"))
+    assert sources_for(*before, H, Horizon.END_AT_OR_BEFORE) == (Source.BATCH, Source.SPEED)
+    assert sources_for(*before, H) == (Source.BATCH,)
+    after = (at("2026-01-06T01:00"), at("2026-01-06T02:00"))
+    assert sources_for(*after, H, Horizon.END_AT_OR_BEFORE) == (Source.SPEED,)

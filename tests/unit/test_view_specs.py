@@ -32,6 +32,7 @@ from shared.domain.view_specs import (
 )
 from shared.domain.views import all_views
 from shared.platform.batch_store import StoreTable
+from shared.settings import Settings
 from speed_layer.speed_store import speed_records
 
 assert BOOTH_STATS.roll_up is not None
@@ -179,9 +180,7 @@ def test_each_view_function_yields_the_columns_its_spec_declares(spark: SparkSes
         "'' AS license_plate", "CAST(NULL AS timestamp) AS registration_time",
         "'' AS registration_id", "true AS expired", "event_id",
     )  # fmt: skip
-    views = all_views(
-        entries, exits, registrations, timedelta(minutes=5), timedelta(hours=1), timedelta(days=1)
-    )
+    views = all_views(entries, exits, registrations, Settings().views.sizes)
     columns = {name: tuple(frame.columns) for name, frame in views.items()}
     spark.catalog.clearCache()  # all_views persists its shared parts
     assert columns == {view.name: view.column_names for view in VIEWS}

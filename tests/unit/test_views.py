@@ -15,6 +15,7 @@ from pyspark.sql import types as T
 from pyspark.testing import assertDataFrameEqual
 
 from shared.domain.events import TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION, EventType
+from shared.domain.view_specs import ViewSizes
 from shared.domain.views import (
     all_views,
     booth_stats,
@@ -28,6 +29,10 @@ from tests.scenarios import OneDay, Record, as_event, entry
 WINDOW = timedelta(minutes=5)
 MAX_TRIP = timedelta(hours=1)
 LOOKBACK = timedelta(days=400)
+SIZES = ViewSizes(
+    window=WINDOW, rolling_window=timedelta(hours=1), rolling_slide=timedelta(minutes=5),
+    session_gap=timedelta(minutes=30), max_trip=MAX_TRIP, registration_lookback=LOOKBACK,
+)  # fmt: skip
 SOURCE = T.StructType(
     [
         T.StructField("source_topic", T.StringType()),
@@ -182,7 +187,7 @@ def test_all_views_count_entries_of_one_key_row_by_row(
             ],
         )
     )
-    views = all_views(twins, exits, registrations, WINDOW, MAX_TRIP, LOOKBACK)
+    views = all_views(twins, exits, registrations, SIZES)
     try:
         assertDataFrameEqual(
             views["diagnostics"],
