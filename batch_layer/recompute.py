@@ -3,9 +3,15 @@
 The views come from :func:`shared.domain.views.all_views`, the same functions the
 speed layer calls; this module only chooses dates and reads their inputs.
 A view row belongs to the date of its entry (``entry_time`` or the window
-that holds it), so recomputing date *d* needs:
+that holds it), or of its start (a hopping window, a visit), so recomputing
+date *d* needs:
 
-- the entries of *d*;
+- the entries of *d*, and for the views whose rows span time (``booth_rolling``,
+  ``vehicle_visits``) those of the days either side: a window or a visit that
+  starts on *d* may end on *d* + 1, and an entry just after midnight may belong
+  to a visit of *d* - 1. A visit is computed from the entries up to the end of
+  *d* + 1: one whose entries stay under ``session_gap`` apart for longer than
+  that is cut there;
 - the exits of *d* up to *d* + ``max_trip`` (a trip may end after midnight);
 - every registration up to the end of *d* (an entry's registration may have
   been recorded days earlier; the latest one before the entry applies).
@@ -19,10 +25,12 @@ from dataclasses import dataclass
 from datetime import date, timedelta
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from batch_layer import master
 from shared.domain.events import EVENT_TYPES, TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION, EventType
 from shared.domain.validation import SOURCE_COLUMNS
+from shared.domain.view_specs import BOOTH_ROLLING, VEHICLE_VISITS
 from shared.domain.views import (
     COUNTED_INPUTS,
     PERSISTED,
@@ -33,6 +41,8 @@ from shared.domain.views import (
 from shared.settings import Settings
 
 DEAD_LETTERS = "dead_letters"
+SPANNING_VIEWS = (BOOTH_ROLLING, VEHICLE_VISITS)
+"""Views whose rows span time, computed from the entries of the days either side too."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +90,12 @@ def _days(first: date, last: date) -> set[date]:
     return {first + timedelta(days=n) for n in range((last - first).days + 1)}
 
 
+def _around(day: date) -> set[date]:
+    """A date and the days either side: what rows spanning time (a hopping window, a
+    visit) of one date may share with the next or the previous."""
+    return _days(day - timedelta(days=1), day + timedelta(days=1))
+
+
 def days_spanned(duration: timedelta) -> int:
     """How many days after its start's date a span this long may end on (``max_trip``:
     a trip's exit after its entry; ``registration_lookback``: the last entry a
@@ -108,7 +124,9 @@ def dates_to_recompute(
     settings), every date with data is recomputed: those <= run_date and those
     the published version holds (below its horizon).
 
-    Records change these dates: an entry its own date; an exit its date and the
+    Records change these dates: an entry its own date and the days either side
+    (a window or a visit of the day before may hold it; it may join a visit of
+    the next day to one of its own); an exit its date and the
     ``max_trip`` days before (the trips it may end); a registration its date
     and the ``registration_lookback`` days after (the entries it may apply
     to); a dead letter its date.
@@ -124,7 +142,9 @@ def dates_to_recompute(
     new = {day for day in with_data if published_horizon is None or day >= published_horizon}
 
     after = published_ingest_batch if published_horizon is not None else None
-    touched = set(inventory.touched(TOLL_ENTRY.name, after))
+    touched = set()
+    for day in inventory.touched(TOLL_ENTRY.name, after):
+        touched |= _around(day)
     touched |= inventory.touched(DEAD_LETTERS, after)
     for day in inventory.touched(TOLL_EXIT.name, after):
         touched |= _days(day - timedelta(days=days_spanned(max_trip)), day)
@@ -170,9 +190,10 @@ def recompute(
     """Every view, and the dead letters, for these event dates from the master dataset.
 
     The frames are lazy and share persisted inputs: collect them, then call
-    :func:`release`. Entries are read for these dates, exits up to ``max_trip``
-    days later, registrations from ``registration_lookback`` days before the
-    first to the last.
+    :func:`release`. Entries are read for these dates (and the days either side
+    for the views whose rows span time), exits up to ``max_trip`` days later,
+    registrations from ``registration_lookback`` days before the first to the
+    last.
     """
     views_settings = settings.views
     first, last = min(dates, default=date.min), max(dates, default=date.min)
@@ -188,9 +209,14 @@ def recompute(
         if (day - first).days >= -lookback_days and day <= last
     }
     entries = _events(spark, settings, TOLL_ENTRY, dates, persist=True)
+    around = set().union(*(_around(day) for day in dates))
+    spanning = _events(spark, settings, TOLL_ENTRY, around, persist=True)
     exits = _events(spark, settings, TOLL_EXIT, exit_dates)
     registrations = _events(spark, settings, VEHICLE_REGISTRATION, registration_dates)
-    views = all_views(entries, exits, registrations, views_settings.sizes)
+    views = all_views(entries, exits, registrations, views_settings.sizes, spanning)
+    for view in SPANNING_VIEWS:  # the rows of the dates asked for: the others lack entries
+        day = F.to_date(view.time_column)
+        views[view.name] = views[view.name].where(day.isin(sorted(dates)))
     views[DEAD_LETTERS] = master.read_dead_letters(spark, settings, dates)
     return views
 

@@ -385,7 +385,11 @@ def diagnostics(
 
 
 def all_views(
-    entries: DataFrame, exits: DataFrame, registrations: DataFrame, sizes: ViewSizes
+    entries: DataFrame,
+    exits: DataFrame,
+    registrations: DataFrame,
+    sizes: ViewSizes,
+    spanning: DataFrame | None = None,
 ) -> dict[str, DataFrame]:
     """Every view over static, deduplicated events: the definition of truth.
 
@@ -395,7 +399,12 @@ def all_views(
     give ``vehicle_trips`` and whose unmatched entries give the missing exits.
     No view reads the entry's ``event_id`` from either (entries without an exit
     or a registration are counted row by row), so neither keeps it.
+
+    ``spanning``: the entries the views whose rows span time (a hopping window,
+    a visit) are computed from, if not ``entries`` (the batch layer reads the
+    days either side for them).
     """
+    spanning = entries if spanning is None else spanning
     lookback, window = sizes.registration_lookback, sizes.window
     at_entry = registrations_at_entry(entries, registrations, lookback).drop("event_id")
     at_entry = at_entry.persist(PERSISTED)
@@ -406,6 +415,6 @@ def all_views(
         "vehicle_trips": earliest_exits(matches.where(F.col("exit_time").isNotNull())),
         "expired_registrations": expired_at_entry(at_entry),
         "diagnostics": diagnostics_from(unmatched_entries(matches), at_entry, window),
-        "booth_rolling": booth_rolling(entries, sizes.rolling_window, sizes.rolling_slide),
-        "vehicle_visits": vehicle_visits(entries, sizes.session_gap),
+        "booth_rolling": booth_rolling(spanning, sizes.rolling_window, sizes.rolling_slide),
+        "vehicle_visits": vehicle_visits(spanning, sizes.session_gap),
     }
