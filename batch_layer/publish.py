@@ -117,9 +117,10 @@ def _copy_table(
     connection.execute(table.ddl())
     connection.register("fresh_rows", fresh)
     sources = [f"SELECT {columns} FROM fresh_rows"]
-    if has_previous:
-        # a version of an earlier release may lack a column added since: null there
-        had = {
+    # a version of an earlier release may lack a column added since (null there),
+    # or a whole view (its days not recomputed stay empty until a full recompute)
+    had = (
+        {
             row[0]
             for row in connection.execute(
                 "SELECT column_name FROM duckdb_columns() "
@@ -127,6 +128,10 @@ def _copy_table(
                 [table.name],
             ).fetchall()
         }
+        if has_previous
+        else set()
+    )
+    if had:
         kept = ", ".join(
             f'"{name}"' if name in had else f'NULL AS "{name}"' for name in table.column_names
         )

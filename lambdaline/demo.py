@@ -49,6 +49,7 @@ from rich.text import Text
 
 from batch_layer.schedule import Scheduler, next_run_after
 from lambdaline import kafka_broker
+from lambdaline.generator import GeneratorConfig, plate_pool
 from lambdaline.processes import CLI, STOP_GRACE_S, Supervisor, log_tail
 from shared.domain.events import format_instant, parse_instant
 from shared.platform.kafka_admin import kafka_consumer, port_open
@@ -237,6 +238,11 @@ def batch_activity(scheduler: Scheduler, clock: SimClock) -> str:
     return text + f" (last run failed: exit {scheduler.last_exit_code})" if failed else text
 
 
+def demo_plate() -> str:
+    """A plate the demo's generator sends (its plates are seeded)."""
+    return plate_pool(GeneratorConfig(events=0, plates=DEMO_PLATES))[0]
+
+
 def banner(settings: Settings, api: str, key: str, clock: SimClock) -> list[str]:
     day = clock.origin.replace(hour=0, minute=0, second=0, microsecond=0)
     since, until = format_instant(day), format_instant(day + timedelta(days=3))
@@ -248,6 +254,9 @@ def banner(settings: Settings, api: str, key: str, clock: SimClock) -> list[str]
         f"  status   curl -s {header} {api}/v1/status",
         f"  query    curl -s {header} '{api}/v1/booths/booth-01/stats"
         f"?from={since}&to={until}&granularity=1h'",
+        f"  rolling  curl -s {header} '{api}/v1/booths/booth-01/rolling?from={since}&to={until}'",
+        f"  visits   curl -s {header} '{api}/v1/vehicles/{demo_plate()}/visits"
+        f"?from={since}&to={until}'",
         f"  logs     {settings.logs_dir}/demo-*.log",
         f"  time     {clock.speedup:g} simulated s per real s (a simulated day every "
         f"{minutes_per_day:.1f} min), from {format_instant(clock.origin)}; the batch runs at "

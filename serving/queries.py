@@ -41,6 +41,7 @@ from shared.domain.view_specs import (
     BOOTH_STATS,
     EXPIRED_REGISTRATIONS,
     VEHICLE_TRIPS,
+    VEHICLE_VISITS,
     ColumnType,
     Horizon,
     ViewSpec,
@@ -76,7 +77,6 @@ class ViewQuery:
         """The rows of one side of the horizon in [start, end) that pass the filters: the
         view's horizon rule, ``shared.domain.merge.merge_at_horizon``'s, as SQL."""
         view = self.view
-        assert view.horizon is Horizon.TIME_BEFORE, view.horizon
         time = f'"{view.name}"."{view.time_column}"'  # the stored column, not an alias
         conditions = [f"{time} >= ?", f"{time} < ?"]
         params: list[Any] = [naive_utc(self.start), naive_utc(self.end)]
@@ -84,7 +84,9 @@ class ViewQuery:
             assert column in view.by_name  # names come from code, values are parameters
             conditions.append(f'"{view.name}"."{column}" = ?')
             params.append(value)
-        conditions.append(f"{time} < ?" if side is Source.BATCH else f"{time} >= ?")
+        side_column = f'"{view.name}"."{view.horizon_column}"'
+        batch_side, speed_side = _SIDES[view.horizon]
+        conditions.append(f"{side_column} {batch_side if side is Source.BATCH else speed_side} ?")
         params.append(naive_utc(horizon) if horizon is not None else datetime.min)
         shown_if = view.candidates.shown_if if view.candidates is not None else None
         if side is Source.SPEED and shown_if is not None:  # a withdrawn candidate is no row
@@ -111,7 +113,8 @@ class ViewQuery:
     def sql(
         self, side: Source, horizon: datetime | None, keyed: bool = False
     ) -> tuple[str, list[Any]]:
-        """The query for one side of the horizon: ``batch`` (time < H) or ``speed`` (time >= H).
+        """The query for one side of the horizon (``batch``: time < H, ``speed``: time >= H;
+        a row's end against H under ``END_AT_OR_BEFORE``).
 
         One column, each row as a JSON object of its wire values with the side
         as its ``source`` (the response's encoding), in key order; ``keyed``
@@ -167,6 +170,14 @@ class ViewQuery:
         return self._limited(text, [size, naive_utc(EPOCH), *final_params, *params])
 
 
+_SIDES: dict[Horizon, tuple[str, str]] = {
+    Horizon.TIME_BEFORE: ("<", ">="),
+    Horizon.END_AT_OR_BEFORE: ("<=", ">"),
+}
+"""Each horizon rule's comparison of a row's ``horizon_column`` with H, batch side then
+speed side: ``shared.domain.merge``'s rule in SQL."""
+
+
 def _wire(column: ViewColumn) -> str:
     """A stored column as the response writes it: instants and money as strings."""
     name = f'"{column.name}"'
@@ -209,7 +220,7 @@ def rolled_up_rows(
     """
     horizon = batch.version.horizon if batch is not None else None
     parts: list[Row] = []
-    for side in sources_for(query.start, query.end, horizon):
+    for side in sources_for(query.start, query.end, horizon, query.view.horizon):
         rows = _fetch(_cursor(side, batch, speed), *query.rolled_up_sql(side, horizon, size))
         parts += [{**row, "source": side.value} for row in rows]
     return at_most(roll_up(query.view, parts, size), query.limit)
@@ -225,7 +236,7 @@ def encoded_rows(query: ViewQuery, batch: BatchSnapshot | None, speed: SpeedTabl
     is in both).
     """
     horizon = batch.version.horizon if batch is not None else None
-    sides = sources_for(query.start, query.end, horizon)
+    sides = sources_for(query.start, query.end, horizon, query.view.horizon)
     keyed = len(sides) > 1
     parts = []
     for side in sides:
@@ -256,7 +267,7 @@ def _cursor(
 
 KNOWN_IN = {
     "booth_id": (BOOTH_STATS.name,),
-    "license_plate": (VEHICLE_TRIPS.name, EXPIRED_REGISTRATIONS.name),
+    "license_plate": (VEHICLE_TRIPS.name, VEHICLE_VISITS.name, EXPIRED_REGISTRATIONS.name),
 }
 """Where a path key is looked up when its answer is empty: a key none of these views
 holds, in either store, is unknown (404), not merely quiet in the range asked for."""

@@ -38,7 +38,7 @@ from serving.queries import ViewQuery, encoded_rows, rolled_up_rows
 from serving.result_cache import Encoded
 from serving.speed_tables import SpeedTables
 from shared.domain.events import format_instant
-from shared.domain.merge import Row
+from shared.domain.merge import Row, Source, sources_for
 
 
 def _instant(moment: datetime) -> str:
@@ -94,7 +94,10 @@ async def view_rows(
         rows = await _read(query, batch, speed, roll_up_to)
         return ViewRows(rows, None, None, "bypass", watermark)
     horizon, version = batch.version.horizon, batch.version.version
-    if not batch.cache.enabled or query.end > horizon:  # the speed store takes part
+    speed_takes_part = Source.SPEED in sources_for(
+        query.start, query.end, horizon, query.view.horizon
+    )
+    if not batch.cache.enabled or speed_takes_part:
         rows = await _read(query, batch, speed, roll_up_to)
         return ViewRows(rows, horizon, version, "bypass", watermark)
     key = (query.key(), roll_up_to)  # batch rows only: final whatever the watermark

@@ -37,7 +37,7 @@ import pyarrow as pa
 from shared.domain.events import parse_instant
 from shared.domain.merge import final_cut
 from shared.domain.topics import DERIVED_QUERY_PREFIX
-from shared.domain.view_specs import VIEW_NAMES, VIEWS, Aggregate, Combine, ViewSpec
+from shared.domain.view_specs import VIEWS, Aggregate, Combine, ViewSpec
 from shared.platform.batch_store import DUCKDB_TYPES, STORE_TABLE_BY_NAME, StoreTable
 from shared.settings import ViewSettings
 
@@ -280,8 +280,9 @@ class SpeedTables:
         return int(changed)
 
     def prune(self, before: datetime) -> dict[str, int]:
-        """Delete each view's rows whose time (its ``date_column``) lies before ``before``
-        (zone-less UTC); returns the rows deleted per view.
+        """Delete each view's rows whose horizon column (its time, or its end under
+        ``END_AT_OR_BEFORE``) lies before ``before`` (zone-less UTC); returns the rows
+        deleted per view.
 
         The API calls it as the batch horizon moves on (``serving.main``): rows
         below the horizon are the batch store's to answer, so the speed store
@@ -291,12 +292,12 @@ class SpeedTables:
         with self._lock:
             cursor = self.connection.cursor()
             try:
-                for view in VIEW_NAMES:
-                    column = STORE_TABLE_BY_NAME[view].date_column
+                for view in VIEWS:
+                    column = view.horizon_column  # a row is served while its end is not below H
                     [(count,)] = cursor.execute(
-                        f'DELETE FROM "{view}" WHERE "{column}" < ?', [before]
+                        f'DELETE FROM "{view.name}" WHERE "{column}" < ?', [before]
                     ).fetchall()
-                    deleted[view] = int(count)
+                    deleted[view.name] = int(count)
                 if any(deleted.values()):
                     cursor.execute("CHECKPOINT").fetchall()  # compacts what is left
             finally:

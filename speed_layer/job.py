@@ -21,8 +21,19 @@ from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 from shared.domain.events import EVENT_TYPES, TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION, EventType
 from shared.domain.validation import DecodedRecords, decode_each_topic
-from shared.domain.view_specs import BOOTH_STATS, DIAGNOSTICS
-from shared.domain.views import COUNTED_INPUTS, booth_stats, without_duplicates
+from shared.domain.view_specs import (
+    BOOTH_ROLLING,
+    BOOTH_STATS,
+    DIAGNOSTICS,
+    VEHICLE_VISITS,
+)
+from shared.domain.views import (
+    COUNTED_INPUTS,
+    booth_rolling,
+    booth_stats,
+    vehicle_visits,
+    without_duplicates,
+)
 from shared.platform.logs import log_event
 from shared.platform.spark_session import spark_session
 from shared.platform.streaming import (
@@ -187,8 +198,12 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
     trip_entries = watermarked(everything.of(TOLL_ENTRY), TOLL_ENTRY, settings.views.watermark)
     exits = watermarked(everything.of(TOLL_EXIT), TOLL_EXIT, settings.views.watermark)
 
-    # compute views
-    stats = booth_stats(entries, settings.views.window)
+    # compute views (each query reads its source again: one streaming aggregation a
+    # query in update mode, and a session window's output mode is append)
+    sizes = settings.views.sizes
+    stats = booth_stats(entries, sizes.window)
+    rolling = booth_rolling(entries, sizes.rolling_window, sizes.rolling_slide)
+    visits = vehicle_visits(entries, sizes.session_gap)
     lookups = entry_lookups(
         trip_entries, exits, everything.of(TOLL_ENTRY),
         everything.of(VEHICLE_REGISTRATION), everything.dead_letters,
@@ -214,6 +229,11 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
             .option("checkpointLocation", str(checkpoint_dir(settings) / "lookups")),
             lookups_lane,
         ),
+        # an hour's window moves on every few minutes: the lookups' lane is fresh enough
+        (view_writer(BOOTH_ROLLING, rolling, settings, output_mode="update"), lookups_lane),
+        # append: a visit is written once, when the watermark passes its end (last
+        # entry + gap) and no entry can still extend it
+        (view_writer(VEHICLE_VISITS, visits, settings, output_mode="append"), lookups_lane),
     ]
     second_phase = [
         # derived: reads the lookups' internal topic, not the input topics

@@ -290,8 +290,8 @@ class Bench:
         dead_speed = sum(1 for _ in self._all_records(self.settings.topics.dead_letters))
         self.results["accuracy"] = {
             "compared_below": format_instant(cutoff.replace(tzinfo=UTC)),
-            "rule": "rows whose time column lies before the speed watermark minus max_trip "
-            "and one window",
+            "rule": "rows whose time column (a rolling window's or a visit's end) lies before "
+            "the speed watermark minus max_trip and one window",
             "views": views,
             "late_dropped_by_query": self.results["speed"]["rows_dropped_by_watermark"],
             "dead_letters": {"batch": self.results["batch"]["dead_letters"], "speed": dead_speed},
@@ -306,7 +306,7 @@ class Bench:
         on = " AND ".join(f'b."{k}" = s."{k}"' for k in table.key)
         same = " AND ".join(f'b."{v}" IS NOT DISTINCT FROM s."{v}"' for v in values) or "TRUE"
         first = table.key[0]
-        time_column = table.date_column
+        time_column = VIEW_BY_NAME[view].horizon_column  # a window's or a visit's end: whole
         row = cursor.execute(
             f"""
             WITH b AS (SELECT * FROM truth."{view}" WHERE "{time_column}" < $cutoff),

@@ -1,4 +1,4 @@
-"""Booth statistics: one booth, or all booths, at 5m, 1h or 1d."""
+"""Booth statistics: one booth, or all booths, at 5m, 1h or 1d; one booth's rolling hour."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from serving.deps import (
 from serving.models import Problem, response_model
 from serving.queries import ViewQuery, key_known
 from serving.responses import view_response, view_rows
-from shared.domain.view_specs import BOOTH_STATS
+from shared.domain.view_specs import BOOTH_ROLLING, BOOTH_STATS
 from shared.settings import duration_label
 
 router = keyed_router("/v1", "booth stats")
@@ -94,3 +94,31 @@ async def all_booth_stats(
 ) -> Response:
     """Vehicles and tolls at every booth in [from, to)."""
     return await _stats(None, time_range, granularity, limit, batch, speed, settings)
+
+
+@router.get(
+    "/booths/{booth_id}/rolling",
+    response_model=response_model(BOOTH_ROLLING),
+    responses={404: {"model": Problem}},
+)
+async def booth_rolling(
+    booth_id: str,
+    time_range: TimeRangeDep,
+    batch: BatchDep,
+    speed: SpeedDep,
+    limit: Limit = 10_000,
+) -> Response:
+    """Vehicles and tolls at one booth in hopping windows (1 hour every 5 minutes unless the
+    `rolling_window` and `rolling_slide` settings say otherwise) starting in [from, to).
+
+    A window is the batch store's if it ends at or before the horizon, else the speed
+    store's, whole: windows overlap, so they are never rolled up."""
+    query = ViewQuery(
+        BOOTH_ROLLING, time_range.start, time_range.end, {"booth_id": booth_id}, limit
+    )
+    rows = await view_rows(query, batch, speed)
+    if not rows.rows.count and not await run_in_threadpool(
+        key_known, "booth_id", booth_id, batch, speed
+    ):
+        raise HTTPException(404, detail="booth not found")
+    return view_response(rows)

@@ -16,6 +16,7 @@ import pyarrow as pa
 from fastapi import FastAPI
 
 from batch_layer.publish import empty_store_tables, publish_version
+from serving.batch_reader import BatchReader
 from serving.deps import app_settings, speed_tables
 from serving.main import create_app
 from serving.speed_tables import SpeedTables
@@ -27,6 +28,9 @@ VIEW_SETTINGS = {
     "window": "5m",
     "max_trip": "1h",
     "registration_lookback": "400d",
+    "rolling_window": "1h",
+    "rolling_slide": "5m",
+    "session_gap": "30m",
 }  # the rows below
 
 
@@ -38,6 +42,45 @@ def booth_row(booth: str, start: str, count: int, toll: str) -> dict[str, Any]:
         "vehicle_count": count, "total_toll": Decimal(toll),
         "first_entry_time": window_start, "last_entry_time": window_start,
     }  # fmt: skip
+
+
+def rolling_row(start: str, count: int, toll: str) -> dict[str, Any]:
+    """A ``booth_rolling`` row of booth b1: an hour from ``start`` (batch-store types)."""
+    window_start = datetime.fromisoformat(start)
+    return {
+        "booth_id": "b1", "window_start": window_start,
+        "window_end": window_start + timedelta(hours=1), "vehicle_count": count,
+        "total_toll": Decimal(toll),
+    }  # fmt: skip
+
+
+def visit_row(plate: str, start: str, end: str, booths: list[str], toll: str) -> dict[str, Any]:
+    """A ``vehicle_visits`` row (batch-store types): one entry per booth listed."""
+    return {
+        "license_plate": plate, "session_start": datetime.fromisoformat(start),
+        "session_end": datetime.fromisoformat(end), "entry_count": len(booths),
+        "booths": booths, "total_toll": Decimal(toll),
+    }  # fmt: skip
+
+
+def as_speed_record(row: dict[str, Any]) -> dict[str, Any]:
+    """A batch-store row as the speed layer writes it: instants as ISO-8601 UTC, money as
+    a number."""
+    return {
+        name: f"{value.isoformat(timespec='milliseconds')}Z" if isinstance(value, datetime)
+        else float(value) if isinstance(value, Decimal) else value
+        for name, value in row.items()
+    }  # fmt: skip
+
+
+STRADDLING_WINDOW = rolling_row("2026-01-05T23:05", 4, "9.00")
+"""b1's hour from 23:05, which the horizon (00:00) cuts: the speed store's, whole. The
+batch store holds only its part before H (:data:`STRADDLING_WINDOW_BEFORE_H`)."""
+STRADDLING_WINDOW_BEFORE_H = rolling_row("2026-01-05T23:05", 2, "4.50")
+STRADDLING_VISIT = visit_row("P2", "2026-01-05T23:40", "2026-01-06T00:35", ["b1", "b2"], "5.00")
+"""P2's visit of entries at 23:40 and 00:05: the speed store's, whole. The batch store
+saw only its first entry (:data:`STRADDLING_VISIT_BEFORE_H`), a visit ending after H."""
+STRADDLING_VISIT_BEFORE_H = visit_row("P2", "2026-01-05T23:40", "2026-01-06T00:10", ["b1"], "2.50")
 
 
 def table_of(name: str, rows: list[dict[str, Any]]) -> pa.Table:
@@ -64,9 +107,33 @@ def publish_batch(store: Path, vehicle_count: int = 3) -> None:
         "booth_id": "b1", "window_start": datetime(2026, 1, 5, 23, 50),
         "reason": "missing_exit", "count": 1,
     }])  # fmt: skip
+    fresh["booth_rolling"] = table_of("booth_rolling", [
+        rolling_row("2026-01-05T23:00", 3, "7.00"), STRADDLING_WINDOW_BEFORE_H,
+    ])  # fmt: skip
+    fresh["vehicle_visits"] = table_of("vehicle_visits", [
+        visit_row("P1", "2026-01-05T22:00", "2026-01-05T22:40", ["b1", "b1"], "4.00"),
+        STRADDLING_VISIT_BEFORE_H,
+    ])  # fmt: skip
     publish_version(
         store, fresh, [date(2026, 1, 5)], datetime(2026, 1, 6, tzinfo=UTC), 0, 5,
         view_settings=VIEW_SETTINGS,
+    )  # fmt: skip
+
+
+def publish_next_day(store: Path) -> None:
+    """Version 2: the next batch run, horizon 2026-01-07T00:00, which saw every entry of
+    the straddling window and visit (and recomputed both days)."""
+    fresh = empty_store_tables()
+    fresh["booth_rolling"] = table_of("booth_rolling", [
+        rolling_row("2026-01-05T23:00", 3, "7.00"), STRADDLING_WINDOW,
+    ])  # fmt: skip
+    fresh["vehicle_visits"] = table_of("vehicle_visits", [
+        visit_row("P1", "2026-01-05T22:00", "2026-01-05T22:40", ["b1", "b1"], "4.00"),
+        STRADDLING_VISIT,
+    ])  # fmt: skip
+    publish_version(
+        store, fresh, [date(2026, 1, 5), date(2026, 1, 6)], datetime(2026, 1, 7, tzinfo=UTC),
+        0, 5, view_settings=VIEW_SETTINGS,
     )  # fmt: skip
 
 
@@ -125,6 +192,16 @@ def fill_speed(tables: SpeedTables) -> None:
     tables.apply("expired_registrations", [
         speed_record(registration_candidate("P9", "02:00", "R-9old", "2025-01-01", True), 5),
     ])  # fmt: skip
+    # hopping windows and visits: a row is the speed store's if it ends after H
+    tables.apply("booth_rolling", [
+        speed_record(as_speed_record(rolling_row("2026-01-05T22:55", 99, "99.00")), 1),  # ends
+        speed_record(as_speed_record(STRADDLING_WINDOW), 2),  # before H: ignored
+    ])  # fmt: skip
+    tables.apply("vehicle_visits", [
+        speed_record(as_speed_record(visit_row(  # ends before H: ignored
+            "P1", "2026-01-05T22:00", "2026-01-05T22:40", ["b9"], "99.00")), 1),
+        speed_record(as_speed_record(STRADDLING_VISIT), 2),
+    ])  # fmt: skip
     tables.note_progress(json.dumps({
         "query": "speed.booth_stats", "watermark": "2026-01-06T00:58:00.000Z",
         "view_settings": VIEW_SETTINGS,
@@ -145,13 +222,14 @@ class CaughtUp:
             return True
 
 
-def app_on_filled_stores(state_dir: Path) -> FastAPI:
-    """The app with its settings and speed store replaced through dependency overrides."""
+def app_on_filled_stores(state_dir: Path, reader: BatchReader | None = None) -> FastAPI:
+    """The app with its settings and speed store replaced through dependency overrides
+    (``reader``: the batch reader it polls with, else the app's own)."""
     settings = Settings(state_dir=state_dir, api_keys=["test-key"])
     publish_batch(settings.batch_store)
     tables = SpeedTables()
     fill_speed(tables)
-    app = create_app(Settings(state_dir=state_dir), follow_kafka=False)
+    app = create_app(Settings(state_dir=state_dir), reader, follow_kafka=False)
     app.dependency_overrides[app_settings] = lambda: settings
     app.dependency_overrides[speed_tables] = lambda: tables
     return app

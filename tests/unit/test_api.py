@@ -20,7 +20,7 @@ from serving.deps import app_settings, speed_consumer, speed_tables
 from serving.main import create_app
 from serving.models import response_model
 from serving.speed_tables import SpeedTables
-from shared.domain.view_specs import BOOTH_STATS
+from shared.domain.view_specs import BOOTH_ROLLING, BOOTH_STATS, VEHICLE_VISITS
 from shared.platform.batch_store import version_file
 from shared.settings import Settings
 from tests.unit.api_stores import (
@@ -29,9 +29,16 @@ from tests.unit.api_stores import (
     CaughtUp,
     app_on_filled_stores,
     publish_batch,
+    publish_next_day,
     speed_booth,
     speed_record,
 )
+
+
+OTHER_LABELS = (
+    "max_trip=1h, registration_lookback=400d, rolling_slide=5m, rolling_window=1h, session_gap=30m, "
+)
+"""The default view settings before ``window``, as /v1/status names them."""
 
 
 @pytest.fixture
@@ -90,6 +97,77 @@ def test_all_booths_with_a_limit_say_whether_it_cut_rows_off(client: TestClient)
         assert (len(body["rows"]), body["truncated"]) == (min(limit, 6), truncated)
     daily = {**DAY, "granularity": "1d", "limit": 3}  # four daily buckets (see the test above)
     assert client.get("/v1/stats", params=daily, headers=KEY).json()["truncated"] is True
+
+
+def test_a_hopping_window_and_a_visit_the_horizon_cuts_come_back_whole_before_and_after_the_next_run(
+    tmp_path: Path,
+) -> None:
+    """``api_stores``: the batch store holds the parts before H; the speed store the whole."""
+    reader = BatchReader(Settings(state_dir=tmp_path).batch_store, poll_s=0.01)
+    app = app_on_filled_stores(tmp_path, reader)
+
+    def answers() -> tuple[int, list[tuple[str, str, int, str]], list[tuple[object, ...]]]:
+        rolling = client.get("/v1/booths/b1/rolling", params=DAY, headers=KEY)
+        visits = client.get("/v1/vehicles/P2/visits", params=DAY, headers=KEY)
+        assert rolling.status_code == visits.status_code == 200, (rolling.text, visits.text)
+        response_model(BOOTH_ROLLING).model_validate_json(rolling.text)
+        response_model(VEHICLE_VISITS).model_validate_json(visits.text)
+        return (
+            rolling.json()["batch_version"],
+            [(r["window_start"], r["window_end"], r["vehicle_count"], r["source"])
+             for r in rolling.json()["rows"]],
+            [(r["session_start"], r["session_end"], r["entry_count"], r["booths"], r["total_toll"],
+              r["source"]) for r in visits.json()["rows"]],
+        )  # fmt: skip
+
+    whole_visit = ("2026-01-05T23:40:00.000Z", "2026-01-06T00:35:00.000Z", 2, ["b1", "b2"], "5.00")
+    with TestClient(app) as client:
+        assert answers() == (
+            1,
+            [
+                ("2026-01-05T23:00:00.000Z", "2026-01-06T00:00:00.000Z", 3, "batch"),  # ends at H
+                ("2026-01-05T23:05:00.000Z", "2026-01-06T00:05:00.000Z", 4, "speed"),
+            ],
+            [(*whole_visit, "speed")],
+        )
+        publish_next_day(Settings(state_dir=tmp_path).batch_store)  # H moves past both
+        deadline = time.monotonic() + 10
+        while reader.version is None or reader.version.version != 2:
+            assert time.monotonic() < deadline, "version 2 was not attached"
+            time.sleep(0.01)
+        assert answers() == (
+            2,
+            [
+                ("2026-01-05T23:00:00.000Z", "2026-01-06T00:00:00.000Z", 3, "batch"),
+                ("2026-01-05T23:05:00.000Z", "2026-01-06T00:05:00.000Z", 4, "batch"),
+            ],
+            [(*whole_visit, "batch")],
+        )
+
+
+def test_a_visit_wholly_before_the_horizon_is_the_batch_stores(client: TestClient) -> None:
+    body = client.get("/v1/vehicles/P1/visits", params=DAY, headers=KEY).json()
+    assert [(r["session_start"], r["entry_count"], r["booths"], r["source"]) for r in body["rows"]] == [
+        ("2026-01-05T22:00:00.000Z", 2, ["b1", "b1"], "batch"),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("path", "detail"),
+    [
+        ("/v1/booths/nope/rolling", "booth not found"),
+        ("/v1/vehicles/NOPE/visits", "vehicle not found"),
+    ],
+)
+def test_the_new_endpoints_answer_401_404_and_422_like_the_others(
+    client: TestClient, path: str, detail: str
+) -> None:
+    assert client.get(path, params=DAY).status_code == 401
+    unknown = client.get(path, params=DAY, headers=KEY)
+    assert (unknown.status_code, unknown.json()) == (404, {"detail": detail})
+    backwards = {"from": DAY["to"], "to": DAY["from"]}
+    assert client.get(path, params=backwards, headers=KEY).status_code == 422
+    assert client.get(path, params={**DAY, "limit": 0}, headers=KEY).status_code == 422
 
 
 def test_an_unknown_booth_is_404(client: TestClient) -> None:
@@ -205,14 +283,16 @@ def test_the_docs_pages_load_nothing_from_another_host(client: TestClient, page:
 def test_openapi_documents_the_key_and_error_responses(client: TestClient) -> None:
     paths = client.get("/openapi.json").json()["paths"]
     v1 = [operation for path, item in paths.items() if path.startswith("/v1/") for operation in item.values()]  # fmt: skip
-    assert len(v1) == 6
+    assert len(v1) == 8
     for operation in v1:
         assert operation["responses"]["401"]["description"] == "X-API-Key missing or unknown"
-    booth = paths["/v1/booths/{booth_id}/stats"]["get"]["responses"]
-    assert set(booth) == {"200", "401", "404", "422"}
-    assert booth["422"]["content"]["application/json"]["schema"]["$ref"].endswith(
-        "/HTTPValidationError"
-    )
+    for keyed in ("/v1/booths/{booth_id}/stats", "/v1/booths/{booth_id}/rolling",
+                  "/v1/vehicles/{license_plate}/trips", "/v1/vehicles/{license_plate}/visits"):  # fmt: skip
+        responses = paths[keyed]["get"]["responses"]
+        assert set(responses) == {"200", "401", "404", "422"}, keyed
+        assert responses["422"]["content"]["application/json"]["schema"]["$ref"].endswith(
+            "/HTTPValidationError"
+        )
     for public in ("/healthz", "/readyz", "/metrics"):
         assert "401" not in paths[public]["get"]["responses"]
 
@@ -312,6 +392,7 @@ def test_status_health_and_metrics(client: TestClient) -> None:
 def test_openapi_documents_the_endpoints(client: TestClient) -> None:
     paths = client.get("/openapi.json").json()["paths"]
     for path in ("/v1/booths/{booth_id}/stats", "/v1/stats", "/v1/vehicles/{license_plate}/trips",
+                 "/v1/booths/{booth_id}/rolling", "/v1/vehicles/{license_plate}/visits",
                  "/v1/alerts/expired-registrations", "/v1/diagnostics", "/v1/status",
                  "/healthz", "/readyz", "/metrics"):  # fmt: skip
         assert path in paths
@@ -408,10 +489,10 @@ def test_status_names_both_stores_when_the_api_runs_with_other_view_settings(
     with TestClient(app) as client:
         status = client.get("/v1/status", headers=KEY).json()
     assert status["errors"] == [
-        "batch version 1 was computed with max_trip=1h, registration_lookback=400d, window=5m; this API runs with "
-        "max_trip=1h, registration_lookback=400d, window=10m: give it the batch layer's settings",
-        "the speed store was written with max_trip=1h, registration_lookback=400d, window=5m; this API runs with "
-        "max_trip=1h, registration_lookback=400d, window=10m: give it the speed layer's settings",
+        f"batch version 1 was computed with {OTHER_LABELS}window=5m; this API runs with "
+        f"{OTHER_LABELS}window=10m: give it the batch layer's settings",
+        f"the speed store was written with {OTHER_LABELS}window=5m; this API runs with "
+        f"{OTHER_LABELS}window=10m: give it the speed layer's settings",
     ]
 
 
@@ -429,7 +510,7 @@ def test_status_names_a_speed_store_of_other_view_settings(tmp_path: Path) -> No
         status = client.get("/v1/status", headers=KEY).json()
     assert status["errors"] == [
         "the speed store was written with max_trip=1h, registration_lookback=400d, window=10m; this API runs with "
-        "max_trip=1h, registration_lookback=400d, window=5m: give it the speed layer's settings"
+        f"{OTHER_LABELS}window=5m: give it the speed layer's settings"
     ]
 
 
