@@ -318,8 +318,12 @@ class Windows:
       P3 has one visit of three entries.
     - P4: w8 at 23:50, w9 at 00:10 the next day: one visit across midnight, of the
       day it starts.
+    - w11 (b5, P5, 00:02 on the 6th) shares b5's window of 23:50-00:05 with w8: a
+      window across midnight, where the merge tests put the horizon.
     - w10 (b9, P9, 23:59 on the 6th) only moves the speed layer's watermark past
       every other visit's end (its own stays open).
+
+    ``BEFORE_MIDNIGHT``: the entries of the 5th (w1-w8), whose midnight is the merge tests' H.
     """
 
     ROLLING_WINDOW = timedelta(minutes=15)
@@ -335,6 +339,7 @@ class Windows:
         entry("w7", "b4", "P3", "2026-01-05T12:29:30.000Z", "1.00", "2026-01-05T12:31:05.000Z"),
         entry("w8", "b5", "P4", "2026-01-05T23:50:00.000Z", "2.50"),
         entry("w9", "b6", "P4", "2026-01-06T00:10:00.000Z", "2.50"),
+        entry("w11", "b5", "P5", "2026-01-06T00:02:00.000Z", "1.00"),
         entry("w10", "b9", "P9", "2026-01-06T23:59:00.000Z", "1.00"),
     ]
     BOOTH_ROLLING: ClassVar[list[tuple[str, str, int, str]]] = [
@@ -359,7 +364,9 @@ class Windows:
         ("b4", "2026-01-05T12:25:00", 1, "1.00"),
         ("b5", "2026-01-05T23:40:00", 1, "2.50"),
         ("b5", "2026-01-05T23:45:00", 1, "2.50"),
-        ("b5", "2026-01-05T23:50:00", 1, "2.50"),
+        ("b5", "2026-01-05T23:50:00", 2, "3.50"),
+        ("b5", "2026-01-05T23:55:00", 1, "1.00"),
+        ("b5", "2026-01-06T00:00:00", 1, "1.00"),
         ("b6", "2026-01-06T00:00:00", 1, "2.50"),
         ("b6", "2026-01-06T00:05:00", 1, "2.50"),
         ("b6", "2026-01-06T00:10:00", 1, "2.50"),
@@ -374,7 +381,10 @@ class Windows:
         ("P2", "2026-01-05T10:07:00", "2026-01-05T10:37:00", 1, ["b1"], "3.00"),
         ("P3", "2026-01-05T12:00:00", "2026-01-05T13:01:00", 3, ["b3", "b4", "b3"], "3.00"),
         ("P4", "2026-01-05T23:50:00", "2026-01-06T00:40:00", 2, ["b5", "b6"], "5.00"),
+        ("P5", "2026-01-06T00:02:00", "2026-01-06T00:32:00", 1, ["b5"], "1.00"),
         ("P9", "2026-01-06T23:59:00", "2026-01-07T00:29:00", 1, ["b9"], "1.00"),
     ]
     """(plate, start, end, entries, booths, tolls): the speed layer has all but P9's,
     whose end the watermark has not passed."""
+    BEFORE_MIDNIGHT: ClassVar[list[Record]] = ENTRIES[:8]
+    """w1-w8."""

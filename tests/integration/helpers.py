@@ -124,7 +124,7 @@ def speed_view(settings: Settings, view: str) -> dict[str, dict[str, Any]]:
     return latest
 
 
-CLOSING_BOOTH = "closing"
+CLOSING_BOOTH, CLOSING_PLATE = "closing", "CLOSE-1"
 
 
 def close_the_day(settings: Settings) -> None:
@@ -133,14 +133,14 @@ def close_the_day(settings: Settings) -> None:
     It pushes every watermark a day past the data, so all of the data's rows
     become final; tests leave the closing booth's own rows out.
     """
-    plate, at = b"CLOSE-1", "2026-01-06T12:00:00.000Z"
+    plate, at = CLOSING_PLATE.encode(), "2026-01-06T12:00:00.000Z"
     send(
         settings,
         settings.topics.registrations,
         [
             (
                 plate,
-                registration_value("c-r", "C-R", "CLOSE-1", False, "2026-01-06T11:00:00.000Z"),
+                registration_value("c-r", "C-R", CLOSING_PLATE, False, "2026-01-06T11:00:00.000Z"),
                 "2026-01-06T11:00:00.100Z",
             )
         ],
@@ -148,7 +148,7 @@ def close_the_day(settings: Settings) -> None:
     send(
         settings,
         settings.topics.entries,
-        [(plate, entry_value("c-e", CLOSING_BOOTH, "CLOSE-1", at, "1.00"), at)],
+        [(plate, entry_value("c-e", CLOSING_BOOTH, CLOSING_PLATE, at, "1.00"), at)],
     )
     send(
         settings,
@@ -156,7 +156,7 @@ def close_the_day(settings: Settings) -> None:
         [
             (
                 plate,
-                exit_value("c-x", CLOSING_BOOTH, "CLOSE-1", "2026-01-06T12:01:00.000Z"),
+                exit_value("c-x", CLOSING_BOOTH, CLOSING_PLATE, "2026-01-06T12:01:00.000Z"),
                 "2026-01-06T12:01:00.100Z",
             )
         ],

@@ -47,6 +47,7 @@ from speed_layer import job
 from tests.integration.conftest import broker_settings
 from tests.integration.helpers import (
     CLOSING_BOOTH,
+    CLOSING_PLATE,
     close_the_day,
     environment_of,
     isolated_settings,
@@ -114,7 +115,7 @@ def truth_rows(settings: Settings, view: str) -> list[dict[str, Any]]:
         rows = [dict(zip(names, values, strict=True)) for values in cursor.fetchall()]
     shaped = []
     for row in rows:
-        if row["booth_id"] == CLOSING_BOOTH:
+        if row.get("booth_id") == CLOSING_BOOTH or row.get("license_plate") == CLOSING_PLATE:
             continue
         shaped.append({
             name: (
@@ -137,7 +138,11 @@ def served_rows(
     body = response.json()
     assert body["horizon"] == "2026-01-06T00:00:00.000Z"
     assert body["truncated"] is False  # every row of the range, or the comparison means nothing
-    rows = [row for row in body["rows"] if row["booth_id"] != CLOSING_BOOTH]
+    rows = [
+        row
+        for row in body["rows"]
+        if row.get("booth_id") != CLOSING_BOOTH and row.get("license_plate") != CLOSING_PLATE
+    ]
     if final:
         assert [row for row in rows if not row["final"]] == []
     return [{k: v for k, v in row.items() if k not in ("source", "final")} for row in rows], {
@@ -182,6 +187,37 @@ def test_merged_trips_of_every_vehicle_equal_the_batch(
     key = STORE_TABLE_BY_NAME["vehicle_trips"].key
     assert sorted(served, key=lambda r: tuple(r[k] for k in key)) == expected
     assert sources == {"batch", "speed"}
+
+
+@pytest.mark.parametrize(
+    ("view", "key", "path"),
+    [
+        ("booth_rolling", "booth_id", "/v1/booths/{}/rolling"),
+        ("vehicle_visits", "license_plate", "/v1/vehicles/{}/visits"),
+    ],
+)
+def test_merged_windows_and_visits_of_every_key_equal_the_batch(
+    layers: tuple[Settings, Settings], api: httpx2.Client, view: str, key: str, path: str
+) -> None:
+    """Rows that span time: a window or a visit across H comes whole from the speed store."""
+    _, truth = layers
+    expected = truth_rows(truth, view)
+    keys = sorted({row[key] for row in expected})
+    assert len(keys) > 5
+    served: list[dict[str, Any]] = []
+    sources: set[str] = set()
+    for value in keys:
+        rows, seen = served_rows(api, path.format(value))
+        served += rows
+        sources |= seen
+    table_key = STORE_TABLE_BY_NAME[view].key
+    assert sorted(served, key=lambda r: tuple(r[k] for k in table_key)) == expected
+    assert sources == {"batch", "speed"}
+    horizon = "2026-01-06T00:00:00.000Z"
+    end = "window_end" if view == "booth_rolling" else "session_end"
+    assert any(row[end] > horizon > row[end.replace("end", "start")] for row in expected), (
+        "no row across the horizon: the test would not show the merge of one"
+    )
 
 
 def test_status_names_the_served_version(

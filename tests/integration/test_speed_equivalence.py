@@ -2,8 +2,9 @@
 
 The input has no lateness beyond the watermark (the generator's late fraction is
 zero). Closing events a day after the data push every watermark past it, so
-every row the speed layer will ever emit for the data is final; the rows of the
-closing booth itself are left out of the comparison.
+every row the speed layer will ever emit for the data is final (and every visit
+of the data closed); the rows of the closing booth and plate are left out of the
+comparison.
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ from shared.domain.events import TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION
 from shared.domain.validation import decode_records
 from shared.domain.view_specs import VIEW_BY_NAME
 from shared.domain.views import (
+    booth_rolling,
     booth_stats,
     diagnostics,
     expired_registrations,
     vehicle_trips,
+    vehicle_visits,
     without_duplicates,
 )
 from shared.settings import Settings
@@ -34,6 +37,7 @@ from speed_layer import job
 from speed_layer.speed_store import JSON_OPTIONS
 from tests.integration.helpers import (
     CLOSING_BOOTH,
+    CLOSING_PLATE,
     close_the_day,
     isolated_settings,
     speed_view,
@@ -51,11 +55,12 @@ def as_speed_rows(frame: DataFrame, view: str) -> dict[str, dict[str, Any]]:
     return {row.key: json.loads(row.value, parse_float=Decimal) for row in keyed.collect()}
 
 
-def without(rows: dict[str, dict[str, Any]], booth: str) -> dict[str, dict[str, Any]]:
+def without_closing(rows: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The rows, without their ``batch_id``, but those of the closing booth or plate."""
     return {
         key: {name: value for name, value in row.items() if name != "batch_id"}
         for key, row in rows.items()
-        if row["booth_id"] != booth
+        if row.get("booth_id") != CLOSING_BOOTH and row.get("license_plate") != CLOSING_PLATE
     }
 
 
@@ -85,8 +90,11 @@ def test_speed_views_equal_the_static_view_functions(
     entries = without_duplicates(decoded.of(TOLL_ENTRY)).cache()
     exits = without_duplicates(decoded.of(TOLL_EXIT)).cache()
     registrations = without_duplicates(decoded.of(VEHICLE_REGISTRATION)).cache()
+    sizes = settings.views.sizes
     truth = {
         "booth_stats": booth_stats(entries, settings.views.window),
+        "booth_rolling": booth_rolling(entries, sizes.rolling_window, sizes.rolling_slide),
+        "vehicle_visits": vehicle_visits(entries, sizes.session_gap),
         "vehicle_trips": vehicle_trips(entries, exits, settings.views.max_trip),
         "expired_registrations": expired_registrations(
             entries, registrations, settings.views.registration_lookback
@@ -101,7 +109,7 @@ def test_speed_views_equal_the_static_view_functions(
         ),
     }
     for view, frame in truth.items():
-        expected = without(as_speed_rows(frame, view), CLOSING_BOOTH)
-        actual = without(speed_view(settings, view), CLOSING_BOOTH)
+        expected = without_closing(as_speed_rows(frame, view))
+        actual = without_closing(speed_view(settings, view))
         assert expected, f"{view}: the input should produce rows"
         assert actual == expected, view
