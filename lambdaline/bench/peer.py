@@ -21,6 +21,12 @@ def peer_statements(settings: Settings, threads: int) -> str:
     master, topics = settings.master_location, settings.topics
     window = f"to_seconds({int(settings.views.window.total_seconds())})"
     max_trip = f"to_seconds({int(settings.views.max_trip.total_seconds())})"
+    views = settings.views
+    size, slide = (
+        f"to_seconds({int(d.total_seconds())})" for d in (views.rolling_window, views.rolling_slide)
+    )
+    windows_per_entry = views.rolling_window // views.rolling_slide
+    gap = f"to_seconds({int(views.session_gap.total_seconds())})"
 
     def events(topic: str, deduplicated: bool) -> str:
         read = (
@@ -49,6 +55,29 @@ def peer_statements(settings: Settings, threads: int) -> str:
                        min(entry_time) AS first_entry_time, max(entry_time) AS last_entry_time
                 FROM entries GROUP BY ALL
             );
+        CREATE TEMP TABLE booth_rolling AS
+            SELECT booth_id, window_start, window_start + {size} AS window_end,
+                   count(*) AS vehicle_count, sum(toll)::DECIMAL(18, 2) AS total_toll
+            FROM (  -- the slide-aligned windows holding the entry: the latest and those before
+                SELECT booth_id, toll,
+                       time_bucket({slide}, entry_time::TIMESTAMP) - r.k * {slide} AS window_start
+                FROM entries, range({windows_per_entry}) AS r(k)
+            ) GROUP BY ALL;
+        CREATE TEMP TABLE vehicle_visits AS
+            SELECT license_plate, min(entry_time) AS session_start,
+                   max(entry_time) + {gap} AS session_end, count(*) AS entry_count,
+                   list(booth_id ORDER BY entry_time, event_id) AS booths,
+                   sum(toll)::DECIMAL(18, 2) AS total_toll
+            FROM (  -- a visit starts at an entry a gap or more after the plate's previous one
+                SELECT *, sum(starts) OVER (PARTITION BY license_plate
+                                            ORDER BY entry_time, event_id) AS visit
+                FROM (
+                    SELECT *, CASE WHEN entry_time - lag(entry_time) OVER (
+                                  PARTITION BY license_plate ORDER BY entry_time, event_id
+                              ) < {gap} THEN 0 ELSE 1 END AS starts
+                    FROM entries
+                )
+            ) GROUP BY license_plate, visit;
         CREATE TEMP TABLE vehicle_trips AS
             SELECT *, (epoch_ms(exit_time) - epoch_ms(entry_time)) / 1000.0 AS duration_seconds
             FROM (

@@ -67,11 +67,13 @@ def test_bench_writes_results_report_and_charts(tmp_path: Path) -> None:
 
     accuracy = results["accuracy"]
     assert set(accuracy["views"]) == {
-        "booth_stats", "vehicle_trips", "expired_registrations", "diagnostics",
+        "booth_stats", "vehicle_trips", "expired_registrations", "diagnostics", "booth_rolling",
+        "vehicle_visits",
     }  # fmt: skip
     for counts in accuracy["views"].values():
         assert set(counts) == {"equal", "different", "missing", "extra"}
-    assert accuracy["views"]["booth_stats"]["equal"] > 0
+    for view in ("booth_stats", "booth_rolling", "vehicle_visits"):
+        assert accuracy["views"][view]["equal"] > 0, view
     assert accuracy["dead_letters"] == {"batch": malformed, "speed": malformed}
 
     serving = results["serving"]
