@@ -108,6 +108,14 @@ def test_demo_serves_merged_rows_and_ctrl_c_leaves_nothing_behind(
             (row["source"] == "batch") == (parse_instant(row["window_start"]) < horizon)
             for row in rows
         )
+    # the hopping windows merge by their end: one that H cuts is the speed store's
+    span = {"from": window["from"], "to": window["to"]}
+    rolling = api.get("/v1/booths/booth-01/rolling", params=span).json()["rows"]
+    assert {row["source"] for row in rolling} == {"batch", "speed"}
+    assert all(
+        (row["source"] == "batch") == (parse_instant(row["window_end"]) <= horizon)
+        for row in rolling
+    )
     api.close()
     banner = output.read_text()
     assert f"X-API-Key: {KEY}" in banner and f"127.0.0.1:{ports['api']}/docs" in banner
