@@ -121,19 +121,28 @@ def booth_rolling(entries: DataFrame, size: timedelta, slide: timedelta) -> Data
 def vehicle_visits(entries: DataFrame, gap: timedelta) -> DataFrame:
     """Each plate's visits: runs of its entries less than ``gap`` apart, as Spark's
     ``session_window`` makes them (a session ends at its last entry + ``gap``), with
-    the booths of its entries in entry order (ties by event_id)."""
+    the booths of its entries in entry order (ties by event_id).
+
+    Start and end are aggregates of the session's entries (its first entry, its
+    last + ``gap``: the session window's own bounds), not the window's fields:
+    Spark pushes a filter on a grouping key below the aggregate, and a session
+    window's key below it is each entry's own [entry, entry + gap), so a filter
+    on the window's start would drop the entries that join a session to an
+    earlier one (the batch layer filters visits by the date of their start)."""
     ordered = F.sort_array(F.collect_list(F.struct("entry_time", "event_id", "booth_id")))
     return (
-        entries.groupBy("license_plate", F.session_window("entry_time", _seconds(gap)).alias("s"))
+        entries.groupBy("license_plate", F.session_window("entry_time", _seconds(gap)))
         .agg(
+            F.min("entry_time").alias("session_start"),
+            (F.max("entry_time") + _interval(gap)).alias("session_end"),
             F.count(F.lit(1)).alias("entry_count"),
             ordered.alias("_entries"),
             F.sum("toll").cast(MONEY_TOTAL).alias("total_toll"),
         )
         .select(
             "license_plate",
-            F.col("s.start").alias("session_start"),
-            F.col("s.end").alias("session_end"),
+            "session_start",
+            "session_end",
             "entry_count",
             F.transform("_entries", lambda entry: entry["booth_id"]).alias("booths"),
             "total_toll",

@@ -19,6 +19,7 @@ from rich.console import Console
 
 from batch_layer.run import run_batch
 from serving.main import create_app
+from shared.platform.batch_store import read_current
 from shared.settings import Settings
 from speed_layer import job
 from tests.integration.helpers import batch_rows, isolated_settings, send, speed_view
@@ -119,10 +120,11 @@ def test_speed_layer_visits_split_by_the_gap_joined_by_a_late_entry_and_across_m
 def batched(
     kafka: Settings, spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
 ) -> Settings:
-    """Version 1 recomputes 2026-01-06 alone; version 2 the 5th and the 6th."""
+    """Version 1 computes every date (none was held); version 2 recomputes 2026-01-06 alone
+    and keeps the 5th's rows of version 1."""
     settings = windows_settings(kafka, tmp_path_factory.mktemp("batch-windows"))
     send(settings, settings.topics.entries, Windows.ENTRIES)
-    batch(spark, settings, date(2026, 1, 6), lookback=0)
+    batch(spark, settings, date(2026, 1, 6), lookback=1)
     batch(spark, settings, date(2026, 1, 6), lookback=1)
     return settings
 
@@ -146,22 +148,25 @@ def _batch_visits(settings: Settings, version: int) -> list[tuple[Any, ...]]:
 def test_batch_layer_counts_an_entry_in_every_hopping_window_that_holds_it(
     batched: Settings,
 ) -> None:
-    assert _batch_rolling(batched, 2) == rolling_expected()
+    assert _batch_rolling(batched, 1) == rolling_expected()
 
 
 def test_batch_layer_visits_split_by_the_gap_joined_by_an_entry_in_it_and_across_midnight(
     batched: Settings,
 ) -> None:
-    assert _batch_visits(batched, 2) == visits_expected()
+    assert _batch_visits(batched, 1) == visits_expected()
 
 
 def test_a_recompute_of_one_date_reads_the_day_before_for_a_visit_across_midnight(
     batched: Settings,
 ) -> None:
-    """The 6th alone: P4's visit is the 5th's (its start), not a visit from w9 at 00:10;
-    and b5's window from 23:55 counts only w11 (w8 at 23:50 is before it)."""
-    assert _batch_visits(batched, 1) == visits_expected(day="2026-01-06")
-    assert _batch_rolling(batched, 1) == rolling_expected(day="2026-01-06")
+    """The 6th alone: P4's visit stays the 5th's (its start), not a visit from w9 at
+    00:10; b5's window from 23:55 counts w11 only, from 00:00 too."""
+    current = read_current(batched.batch_store)
+    assert current is not None and current.version == 2
+    assert current.recomputed_dates == (date(2026, 1, 6),)
+    assert _batch_visits(batched, 2) == visits_expected()
+    assert _batch_rolling(batched, 2) == rolling_expected()
 
 
 # --- merged across the horizon ----------------------------------------------------------
@@ -170,18 +175,26 @@ def test_a_recompute_of_one_date_reads_the_day_before_for_a_visit_across_midnigh
 @pytest.fixture(scope="module")
 def merged(
     kafka: Settings, spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[Settings, TestClient]]:
+) -> Iterator[tuple[Settings, TestClient, tuple[list[Any], list[Any]]]]:
     """The batch layer sees the entries before midnight (H = 2026-01-06T00:00), the speed
     layer every entry; the API serves both."""
     settings = windows_settings(kafka, tmp_path_factory.mktemp("merged-windows"))
     send(settings, settings.topics.entries, Windows.BEFORE_MIDNIGHT)
-    batch(spark, settings, date(2026, 1, 5), lookback=0)
+    batch(spark, settings, date(2026, 1, 5), lookback=1)
+    # the batch store's own rows, read before the API holds the file open: only the
+    # parts before H of the window of 23:50 and of P4's visit
+    before_h = (
+        [(row["window_start"].isoformat(), row["vehicle_count"])
+         for row in batch_rows(settings, "booth_rolling") if row["booth_id"] == "b5"],
+        [(row["license_plate"], row["session_end"].isoformat(), row["entry_count"])
+         for row in batch_rows(settings, "vehicle_visits") if row["license_plate"] == "P4"],
+    )  # fmt: skip
     send(settings, settings.topics.entries, Windows.ENTRIES[len(Windows.BEFORE_MIDNIGHT) :])
     job.run(spark, settings, available_now=True)
     app = create_app(settings)
     with TestClient(app, headers=KEY) as client:
         assert app.state.speed_consumer.wait_caught_up(60), app.state.speed_consumer.error
-        yield settings, client
+        yield settings, client, before_h
 
 
 AROUND_MIDNIGHT = {"from": "2026-01-05T23:00:00Z", "to": "2026-01-06T01:00:00Z"}
@@ -197,18 +210,13 @@ def _served(client: TestClient, path: str) -> tuple[str, list[tuple[Any, ...]]]:
 
 
 def test_a_window_and_a_visit_the_horizon_cuts_come_back_whole_before_and_after_the_next_run(
-    merged: tuple[Settings, TestClient], spark: SparkSession
+    merged: tuple[Settings, TestClient, tuple[list[Any], list[Any]]], spark: SparkSession
 ) -> None:
-    settings, client = merged
-    # the batch store's own rows: only what it saw before H
-    assert [
-        (row["window_start"].isoformat(), row["vehicle_count"])
-        for row in batch_rows(settings, "booth_rolling") if row["booth_id"] == "b5"
-    ] == [("2026-01-05T23:40:00", 1), ("2026-01-05T23:45:00", 1), ("2026-01-05T23:50:00", 1)]  # fmt: skip
-    assert [
-        (row["license_plate"], row["session_end"].isoformat(), row["entry_count"])
-        for row in batch_rows(settings, "vehicle_visits") if row["license_plate"] == "P4"
-    ] == [("P4", "2026-01-06T00:20:00", 1)]  # fmt: skip
+    settings, client, (rolling_before_h, visits_before_h) = merged
+    assert rolling_before_h == [
+        ("2026-01-05T23:40:00", 1), ("2026-01-05T23:45:00", 1), ("2026-01-05T23:50:00", 1),
+    ]  # fmt: skip
+    assert visits_before_h == [("P4", "2026-01-06T00:20:00", 1)]
 
     # H = 00:00: the window of 23:50-00:05 and P4's visit end after H: the speed store's
     assert _served(client, "/v1/booths/b5/rolling") == ("2026-01-06T00:00:00.000Z", [
