@@ -228,6 +228,9 @@ def test_a_changed_window_recomputes_every_date_of_the_next_version(
         "window": "10m",
         "max_trip": "1h",
         "registration_lookback": "400d",
+        "rolling_window": "1h",
+        "rolling_slide": "5m",
+        "session_gap": "30m",
     }
 
 

@@ -86,7 +86,8 @@ def test_progress_is_published_per_query(drained: Settings) -> None:
     assert stats[-1]["watermark"] is not None
     # the API compares them with its own window and max_trip (/v1/status)
     assert {json.dumps(p["view_settings"], sort_keys=True) for p in progress} == {
-        '{"max_trip": "1h", "registration_lookback": "400d", "window": "5m"}'
+        '{"max_trip": "1h", "registration_lookback": "400d", "rolling_slide": "5m", '
+        '"rolling_window": "1h", "session_gap": "30m", "window": "5m"}'
     }
     # state per stateful operator: booth_stats' window counts hold its three windows
     # (OneDay.BOOTH_STATS; none evicted: the watermark stays in the morning)

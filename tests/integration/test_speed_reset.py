@@ -36,6 +36,9 @@ from tests.integration.helpers import (
 )
 from tests.scenarios import OneDay, entry_value
 
+DEFAULT_SPANS = {"rolling_window": "1h", "rolling_slide": "5m", "session_gap": "30m"}
+"""The view settings of the hopping windows and visits, as their defaults label them."""
+
 pytestmark = pytest.mark.integration
 
 Row = tuple[str, datetime, datetime, int, Decimal]
@@ -85,7 +88,7 @@ def test_a_reset_starts_the_speed_layer_over_with_a_new_window_and_the_api_follo
         assert held_rows(tables) == FIVE_MINUTE_ROWS
         assert tables.watermark is not None
         assert tables.view_settings == [
-            {"window": "5m", "max_trip": "1h", "registration_lookback": "400d"}
+            {"window": "5m", "max_trip": "1h", "registration_lookback": "400d", **DEFAULT_SPANS}
         ]
         dead_letters = len(read_all(settings, settings.topics.dead_letters))
         assert dead_letters == len(OneDay.MALFORMED)
@@ -129,7 +132,7 @@ def test_a_reset_starts_the_speed_layer_over_with_a_new_window_and_the_api_follo
         while not tables.view_settings and time.monotonic() < deadline:
             time.sleep(0.2)
         assert tables.view_settings == [
-            {"window": "10m", "max_trip": "1h", "registration_lookback": "400d"}
+            {"window": "10m", "max_trip": "1h", "registration_lookback": "400d", **DEFAULT_SPANS}
         ]
         # dead.letters is an append-only log the reset keeps: the new job, reading the
         # input from its start, writes the same dead letters again

@@ -34,10 +34,7 @@ from tests.unit.api_stores import (
     speed_record,
 )
 
-
-OTHER_LABELS = (
-    "max_trip=1h, registration_lookback=400d, rolling_slide=5m, rolling_window=1h, session_gap=30m, "
-)
+OTHER_LABELS = "max_trip=1h, registration_lookback=400d, rolling_slide=5m, rolling_window=1h, session_gap=30m, "
 """The default view settings before ``window``, as /v1/status names them."""
 
 

@@ -217,18 +217,23 @@ def test_speed_run_refuses_a_checkpoint_made_with_another_window_before_kafka_or
     made_with = tmp_path / "checkpoints" / "speed" / "view_settings.json"
     made_with.parent.mkdir(parents=True)
     made_with.write_text(
-        '{"max_trip": "1h", "registration_lookback": "400d", "window": "5m"}'
+        '{"max_trip": "1h", "registration_lookback": "400d", "rolling_slide": "5m", '
+        '"rolling_window": "1h", "session_gap": "30m", "window": "5m"}'
     )  # as a start with the defaults
     monkeypatch.setenv("LAMBDALINE_WINDOW", "10m")
     result = runner.invoke(app, ["speed", "run"])
     assert result.exit_code == 1
     assert (
-        f"error: the speed checkpoint {made_with.parent} was made with max_trip=1h, registration_lookback=400d, window=5m, "
-        "but the settings now say max_trip=1h, registration_lookback=400d, window=10m"
+        f"error: the speed checkpoint {made_with.parent} was made with max_trip=1h, registration_lookback=400d, "
+        "rolling_slide=5m, rolling_window=1h, session_gap=30m, window=5m, but the settings now say max_trip=1h, "
+        "registration_lookback=400d, rolling_slide=5m, rolling_window=1h, session_gap=30m, window=10m"
     ) in " ".join(result.output.split())
     assert json.loads(made_with.read_text()) == {
         "max_trip": "1h",
         "registration_lookback": "400d",
+        "rolling_slide": "5m",
+        "rolling_window": "1h",
+        "session_gap": "30m",
         "window": "5m",
     }
 

@@ -30,6 +30,9 @@ def test_the_first_start_records_the_view_settings_and_a_later_one_with_them_pas
     assert json.loads(recorded.read_text()) == {
         "max_trip": "1h",
         "registration_lookback": "400d",
+        "rolling_slide": "5m",
+        "rolling_window": "1h",
+        "session_gap": "30m",
         "window": "5m",
     }
     claim_checkpoint(settings)  # the same settings: no error
@@ -52,8 +55,8 @@ def test_a_checkpoint_made_with_other_view_settings_is_refused_until_they_are_se
     message = str(refused.value)
     folder = tmp_path / "checkpoints" / "speed"
     assert message.startswith(
-        f"the speed checkpoint {folder} was made with max_trip=1h, registration_lookback=400d, window=5m, "
-        "but the settings now say "
+        f"the speed checkpoint {folder} was made with max_trip=1h, registration_lookback=400d, "
+        "rolling_slide=5m, rolling_window=1h, session_gap=30m, window=5m, but the settings now say "
     )
     assert named in message
     assert "start the speed layer over with `lambdaline speed reset`" in message
@@ -65,7 +68,10 @@ def test_a_checkpoint_from_before_the_record_is_taken_to_match(tmp_path: Path) -
     (checkpoint_dir(settings) / "booth_stats" / "offsets").mkdir(parents=True)
     claim_checkpoint(settings)
     recorded = json.loads((checkpoint_dir(settings) / "view_settings.json").read_text())
-    assert recorded == {"max_trip": "1h", "registration_lookback": "400d", "window": "15m"}
+    assert recorded == {
+        "max_trip": "1h", "registration_lookback": "400d", "rolling_slide": "5m",
+        "rolling_window": "1h", "session_gap": "30m", "window": "15m",
+    }  # fmt: skip
 
 
 def test_a_record_that_is_not_json_is_named(tmp_path: Path) -> None:

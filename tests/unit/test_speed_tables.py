@@ -131,10 +131,28 @@ def test_prune_deletes_the_rows_before_the_bound_in_every_view() -> None:
         "exit_time": "2026-01-07T08:05:00.000Z", "duration_seconds": 300.0, "batch_id": 1,
     }  # fmt: skip
     tables.apply("vehicle_trips", [(b"t1", json.dumps(trip).encode())])
+    # a visit is pruned by its end: the one that began before the bound and ends after
+    # it is still served
+    visits = [
+        {"license_plate": "P1", "session_start": start, "session_end": end, "entry_count": 1,
+         "booths": ["b1"], "total_toll": 1.0, "batch_id": 1}
+        for start, end in (("2026-01-06T22:00:00.000Z", "2026-01-06T22:30:00.000Z"),
+                           ("2026-01-06T23:50:00.000Z", "2026-01-07T00:20:00.000Z"))
+    ]  # fmt: skip
+    tables.apply(
+        "vehicle_visits", [(b"v%d" % n, json.dumps(v).encode()) for n, v in enumerate(visits)]
+    )
     deleted = tables.prune(datetime(2026, 1, 7))
     assert deleted == {
         "booth_stats": 2, "vehicle_trips": 1, "expired_registrations": 0, "diagnostics": 0,
+        "booth_rolling": 0, "vehicle_visits": 1,
     }  # fmt: skip
+    cursor = tables.cursor()
+    try:
+        kept = cursor.execute("SELECT session_start FROM vehicle_visits").fetchall()
+    finally:
+        cursor.close()
+    assert kept == [(datetime(2026, 1, 6, 23, 50),)]
     assert rows(tables) == [(datetime(2026, 1, 7), 2, Decimal("5.00"), 1)]
     assert tables.prune(datetime(2026, 1, 7)) == dict.fromkeys(deleted, 0)
 
