@@ -139,9 +139,11 @@ def test_pointer_and_manifest(first_run: Settings) -> None:
     assert current.version == 1
     assert current.horizon.isoformat() == "2026-01-06T00:00:00+00:00"
     assert current.dates == (date(2026, 1, 2), date(2026, 1, 3), date(2026, 1, 4), D)
+    # booth_rolling: the 12 hourly windows of e1 and e2 (both in 10:00-10:05, so the
+    # same 12), of e3 and of e4; vehicle_visits: P1's two (e1, e4), P2's e2, P3's e3
     assert current.row_counts == {
         "booth_stats": 3, "vehicle_trips": 3, "expired_registrations": 2, "diagnostics": 2,
-        "dead_letters": 3,
+        "booth_rolling": 36, "vehicle_visits": 4, "dead_letters": 3,
     }  # fmt: skip
     pointer = json.loads((first_run.batch_store / "CURRENT").read_text())
     assert pointer["path"] == "versions/00000001.duckdb"
@@ -167,7 +169,9 @@ def test_late_data_is_recomputed_and_a_rerun_changes_only_the_version(
         (b"P2", entry_value("e2", "b1", "P2", "2026-01-04T10:03:00.000Z", "4.00"), "2026-01-07T01:00:02.000Z"),
     ])  # fmt: skip
     second = batch(spark, settings, date(2026, 1, 6), lookback=0)
-    assert second.recomputed_dates == [date(2026, 1, 4), D, date(2026, 1, 6)]
+    # the entries of 01-04 touch the days either side too (a window or a visit across
+    # midnight), the exit its date, 01-06 is new
+    assert second.recomputed_dates == [date(2026, 1, 3), date(2026, 1, 4), D, date(2026, 1, 6)]
     assert second.records_ingested == 3
 
     new_trips = [

@@ -231,9 +231,9 @@ def test_a_checkpoint_of_the_other_state_store_is_refused_until_a_reset(
     refused = run_cli(settings, "speed", "run", "--available-now")
     assert refused.returncode == 1
     message = " ".join(refused.stderr.split())
-    assert (
+    assert (  # the first query in name order
         f"error: the speed checkpoint {checkpoint_dir(settings)} keeps the state of its query "
-        "booth_stats with HDFSBackedStateStoreProvider, but the speed job now runs with "
+        "booth_rolling with HDFSBackedStateStoreProvider, but the speed job now runs with "
         "RocksDBStateStoreProvider"
     ) in message
     assert "Start the speed layer over with `lambdaline speed reset`" in message
