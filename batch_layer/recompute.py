@@ -112,16 +112,21 @@ def dates_to_recompute(
     lookback_days: int,
     max_trip: timedelta,
     registration_lookback: timedelta,
+    rolling_window: timedelta,
     views_changed: bool = False,
 ) -> list[date]:
     """The event dates <= run_date whose rows the next version must recompute.
 
-    A date is recomputed if it has data and (a) the published version does not
+    A date has rows if it has data, or if a hopping window (``rolling_window``
+    long) that starts on it holds an entry of a later date: the day before the
+    first entries has windows too.
+
+    A date is recomputed if it has rows and (a) the published version does not
     hold it yet (on or after its horizon, or nothing published), (b) this or an
     earlier unpublished ingest added records that change it (late data), or
     (c) it lies in the lookback (the ``lookback_days`` days ending on run_date).
     If ``views_changed`` (the published rows were computed under other view
-    settings), every date with data is recomputed: those <= run_date and those
+    settings), every date with rows is recomputed: those <= run_date and those
     the published version holds (below its horizon).
 
     Records change these dates: an entry its own date and the days either side
@@ -131,14 +136,20 @@ def dates_to_recompute(
     and the ``registration_lookback`` days after (the entries it may apply
     to); a dead letter its date.
     """
+    windows_back = days_spanned(rolling_window)
+    with_rows = inventory.dates() | {
+        day - timedelta(days=n)
+        for day, _ in inventory.parts.get(TOLL_ENTRY.name, ())
+        for n in range(1, windows_back + 1)
+    }
     if views_changed:
         last = (
             run_date
             if published_horizon is None
             else max(run_date, published_horizon - timedelta(days=1))
         )
-        return sorted(day for day in inventory.dates() if day <= last)
-    with_data = {day for day in inventory.dates() if day <= run_date}
+        return sorted(day for day in with_rows if day <= last)
+    with_data = {day for day in with_rows if day <= run_date}
     new = {day for day in with_data if published_horizon is None or day >= published_horizon}
 
     after = published_ingest_batch if published_horizon is not None else None

@@ -202,6 +202,7 @@ def run_batch(
                 lookback_days=lookback_days,
                 max_trip=settings.views.max_trip,
                 registration_lookback=settings.views.registration_lookback,
+                rolling_window=settings.views.rolling_window,
                 views_changed=report.views_changed,
             )
             report.recomputed_dates = dates

@@ -94,7 +94,10 @@ def test_start_refuses_a_port_in_use(kafka: Settings, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("command", "missing"),
     [
-        (["speed", "run", "--available-now"], "missing.entries, speed.missing.booth_stats"),
+        (
+            ["speed", "run", "--available-now"],
+            "missing.entries, speed.missing.booth_rolling, speed.missing.booth_stats",
+        ),
         (["batch", "run", "--date", "2026-01-05"], "missing.entries"),
         (["generate", "--events", "10"], "missing.entries"),  # kafka-python waited 60 s
     ],

@@ -28,17 +28,32 @@ def choose(
     lookback: int = 0,
     views_changed: bool = False,
     registration_lookback: timedelta = timedelta(days=400),
+    rolling_window: timedelta = timedelta(0),
 ) -> list[date]:
+    """The dates chosen; no hopping window reaches back a day unless ``rolling_window``
+    says so."""
     return dates_to_recompute(
         run_date=run_date, inventory=found, published_horizon=horizon,
         published_ingest_batch=batch, lookback_days=lookback, max_trip=timedelta(hours=1),
-        registration_lookback=registration_lookback, views_changed=views_changed,
+        registration_lookback=registration_lookback, rolling_window=rolling_window,
+        views_changed=views_changed,
     )  # fmt: skip
 
 
 def test_first_run_takes_every_date_up_to_the_run_date() -> None:
     found = inventory(entries={(d(1), 0), (d(2), 0), (d(3), 0)}, registrations={(d(1), 0)})
     assert choose(found, d(2), None, None) == [d(1), d(2)]
+
+
+def test_the_day_before_the_first_entries_has_rows_of_the_hopping_windows_that_hold_them() -> None:
+    # an entry at 00:10 on day 1 is in the hour-long windows from 23:15 on day 0
+    found = inventory(entries={(d(1), 0), (d(2), 0)}, exits={(d(1), 0)})
+    hour = timedelta(hours=1)
+    assert choose(found, d(2), None, None, rolling_window=hour) == [date(2025, 12, 31), d(1), d(2)]
+    two_days = timedelta(hours=36)  # windows that start two days before an entry
+    assert choose(found, d(1), None, None, rolling_window=two_days) == [
+        date(2025, 12, 30), date(2025, 12, 31), d(1),
+    ]  # fmt: skip
 
 
 def test_dates_from_the_published_horizon_on_are_new() -> None:
