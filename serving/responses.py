@@ -30,11 +30,11 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from fastapi import Response
+from fastapi import HTTPException, Response
 from starlette.concurrency import run_in_threadpool
 
 from serving.batch_reader import BatchSnapshot
-from serving.queries import ViewQuery, encoded_rows, rolled_up_rows
+from serving.queries import ViewQuery, encoded_rows, key_known, rolled_up_rows
 from serving.result_cache import Encoded
 from serving.speed_tables import SpeedTables
 from shared.domain.events import format_instant
@@ -156,3 +156,15 @@ def view_response(view: ViewRows, granularity: str | None = None) -> Response:
         media_type="application/json",
         headers={"X-Cache": view.cache},
     )
+
+
+async def one_key_response(
+    query: ViewQuery, batch: BatchSnapshot | None, speed: SpeedTables, not_found: str
+) -> Response:
+    """The answer to a query of one key's rows (its single filter); 404 with ``not_found``
+    if the range holds none and neither store has ever held the key."""
+    [(column, value)] = query.filters.items()
+    rows = await view_rows(query, batch, speed)
+    if not rows.rows.count and not await run_in_threadpool(key_known, column, value, batch, speed):
+        raise HTTPException(404, detail=not_found)
+    return view_response(rows)

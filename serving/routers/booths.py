@@ -19,7 +19,7 @@ from serving.deps import (
 )
 from serving.models import Problem, response_model
 from serving.queries import ViewQuery, key_known
-from serving.responses import view_response, view_rows
+from serving.responses import one_key_response, view_response, view_rows
 from shared.domain.view_specs import BOOTH_ROLLING, BOOTH_STATS
 from shared.settings import duration_label
 
@@ -116,9 +116,4 @@ async def booth_rolling(
     query = ViewQuery(
         BOOTH_ROLLING, time_range.start, time_range.end, {"booth_id": booth_id}, limit
     )
-    rows = await view_rows(query, batch, speed)
-    if not rows.rows.count and not await run_in_threadpool(
-        key_known, "booth_id", booth_id, batch, speed
-    ):
-        raise HTTPException(404, detail="booth not found")
-    return view_response(rows)
+    return await one_key_response(query, batch, speed, "booth not found")
