@@ -454,7 +454,8 @@ class SpeedSettings(SettingsGroup):
     lookup_trigger: PositiveDuration = Field(
         timedelta(seconds=2),
         description="micro-batch interval of its lookups query (trip and registration "
-        "candidates, dead letters): a trip is served about this long after its exit at worst",
+        "candidates, dead letters), booth_rolling and vehicle_visits: a trip is served about "
+        "this long after its exit at worst",
     )
     diagnostics_trigger: PositiveDuration = Field(
         timedelta(seconds=10),
