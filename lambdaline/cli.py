@@ -19,6 +19,7 @@ from typing import Annotated, Any
 
 import typer
 from kafka.errors import KafkaConnectionError, KafkaTimeoutError
+from pydantic import ValidationError
 from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -36,7 +37,13 @@ from shared.platform.kafka_admin import KafkaNotReadyError, unreachable
 from shared.platform.locks import LockHeldError
 from shared.platform.logs import configure_logging
 from shared.platform.topic_admin import TopicOutcome, create_topics
-from shared.settings import Settings, SettingsError, get_settings, parse_duration
+from shared.settings import (
+    Settings,
+    SettingsError,
+    describe_validation_error,
+    get_settings,
+    parse_duration,
+)
 from speed_layer.cli import speed_app
 
 # soft wrap: a line longer than the terminal (a path, an error) is never broken
@@ -49,7 +56,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-kafka_app = typer.Typer(help="The embedded single-node Apache Kafka broker (KRaft).")
+kafka_app = typer.Typer(help="The embedded Apache Kafka cluster: one KRaft node, or several.")
 topics_app = typer.Typer(help="Kafka topics of lambdaline.")
 jvm_app = typer.Typer(help="JVM jars (broker, Spark Kafka connector) resolved by Maven.")
 app.add_typer(kafka_app, name="kafka")
@@ -114,38 +121,88 @@ def jvm_resolve() -> None:
 
 
 @kafka_app.command("start")
-def kafka_start() -> None:
-    """Start the embedded broker on LAMBDALINE_KAFKA_BOOTSTRAP and wait until it answers."""
+def kafka_start(
+    brokers: Annotated[
+        int | None,
+        typer.Option(
+            "--brokers", min=1, max=9,
+            help="nodes of the cluster (default: LAMBDALINE_KAFKA_BROKERS, 1); node i listens "
+            "on the bootstrap port + i - 1",
+        ),
+    ] = None,
+) -> None:  # fmt: skip
+    """Start the embedded cluster's nodes that do not run and wait until all have joined."""
     settings = _settings()
+    if brokers is None:
+        settings = kafka_broker.cluster_settings(settings)
+    elif brokers != settings.kafka.brokers:
+        settings = _updated(settings, kafka_brokers=brokers)
     with _clear_errors():
         before = kafka_broker.status(settings)
         with console.status(f"starting Kafka on {settings.kafka.bootstrap}"):
             state = kafka_broker.start(settings)
-    verb = "already running" if before.running else "started"
-    out.print(f"kafka {verb}: pid {state.pid}, bootstrap {state.bootstrap}")
-    out.print(f"  data {state.paths.data}  log {state.paths.log_file}")
+    for node, was in zip(state.nodes, before.nodes, strict=True):
+        verb = "already running" if was.running else "started"
+        out.print(f"node {node.node.id} {verb}: pid {node.pid}, {node.node.address}")
+        out.print(f"  data {node.paths.data}  log {node.paths.log_file}")
+    factor, min_isr = kafka_broker.replication(len(state.nodes))
+    out.print(
+        f"bootstrap {state.bootstrap}; topics get replication factor {factor}, "
+        f"min.insync.replicas {min_isr}"
+    )
+    if len(state.nodes) != get_settings().kafka.brokers:
+        out.print(
+            f"clients: export LAMBDALINE_KAFKA_BROKERS={len(state.nodes)} so that they "
+            "bootstrap from every node"
+        )
+
+
+def _updated(settings: Settings, **changes: Any) -> Settings:
+    """These settings with an option's changes, or exit 2 naming what the option breaks."""
+    try:
+        return settings.updated(**changes)
+    except ValidationError as error:
+        for line in describe_validation_error(error).splitlines():
+            console.print(f"[red]error:[/red] {line}", highlight=False)
+        raise typer.Exit(2) from None
 
 
 @kafka_app.command("stop")
 def kafka_stop() -> None:
-    """Stop the embedded broker (by its pid) and wait until it has exited."""
+    """Stop every node of the embedded cluster (by its pid) and wait until all have exited."""
     settings = _settings()
     with console.status("stopping Kafka"):
-        pid = kafka_broker.stop(settings)
-    out.print("kafka was not running" if pid is None else f"kafka stopped (pid {pid})")
+        pids = kafka_broker.stop(settings)
+    if pids:
+        out.print(f"kafka stopped ({len(pids)} nodes: pids {', '.join(map(str, pids))})")
+    else:
+        out.print("kafka was not running")
 
 
 @kafka_app.command("status")
 def kafka_status() -> None:
-    """Say whether the embedded broker runs, where, and whether it answers."""
-    settings = _settings()
+    """Each node of the embedded cluster, the active controller and any under-replicated
+    partitions. Exits 3 if a node does not run."""
+    settings = kafka_broker.cluster_settings(_settings())
     state = kafka_broker.status(settings)
-    if state.running:
-        out.print(f"kafka running: pid {state.pid}, bootstrap {state.bootstrap}")
-    else:
-        out.print(f"kafka not running (embedded broker under {state.paths.root})")
-    out.print(f"  answering on {state.bootstrap}: {'yes' if state.answering else 'no'}")
-    out.print(f"  data {state.paths.data}  log {state.paths.log_file}")
+    for node in state.nodes:
+        role = " (active controller)" if node.node.id == state.controller else ""
+        joined = state.registered is not None and node.node.id in state.registered
+        if node.running:
+            said = f"running: pid {node.pid}, {'joined' if joined else 'not joined'}"
+        else:
+            said = "not running"
+        out.print(f"node {node.node.id} {node.node.address} {said}{role}")
+        out.print(f"  data {node.paths.data}  log {node.paths.log_file}")
+    out.print(f"answering on {state.bootstrap}: {'yes' if state.answering else 'no'}")
+    if state.answering:
+        out.print(f"under-replicated partitions: {len(state.under_replicated) or 'none'}")
+        for part in state.under_replicated:
+            in_sync = ",".join(map(str, part.isr)) or "none"
+            out.print(
+                f"  {part.topic}-{part.partition}: in sync {in_sync} "
+                f"of replicas {','.join(map(str, part.replicas))}"
+            )
     if not state.running:
         raise typer.Exit(3)
 

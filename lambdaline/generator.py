@@ -395,7 +395,6 @@ class _Pacer:
 
 
 PRODUCER_CONFIG: dict[str, Any] = {
-    "acks": 1,
     "compression_type": "lz4",
     "linger_ms": 250,
     "batch_size": 512 * 1024,

@@ -1,16 +1,25 @@
-"""The embedded Apache Kafka broker: one KRaft node run as a background JVM.
+"""The embedded Apache Kafka cluster: one or more KRaft nodes, each a background JVM.
 
-``start`` writes the broker's configuration from settings, formats the KRaft
-storage once, launches ``kafka.Kafka`` with a capped heap, records its pid and
-waits until it answers on ``kafka_bootstrap``. ``stop`` signals exactly that pid
-and waits for it to go. Everything lives under ``<state_dir>/kafka``: ``data/``
-(the log dirs, kept across restarts), ``server.properties`` (readable by its owner
-only: it may hold the SASL password), ``broker.pid``, and with TLS ``tls/`` (the
-broker's keystore and certificate, see :func:`certificate`);
-the broker's output goes to ``<state_dir>/logs/kafka.log``.
+Every node is both broker and controller (``kafka_brokers`` of them, default one).
+Node i listens for clients on the bootstrap port + i - 1 and for its controller
+quorum on ``kafka_controller_port`` + i - 1, all on the bootstrap host. With three
+or more nodes, topics are replicated three times and a write needs two in-sync
+replicas (``min.insync.replicas`` 2), so an acknowledged record survives the loss
+of any one broker.
 
-On a cluster you point ``LAMBDALINE_KAFKA_BOOTSTRAP`` at real brokers and never
-call this module.
+``start`` writes each node's configuration from settings, formats its KRaft
+storage once (every node with the same cluster id), launches the nodes that do not
+run with capped heaps, records their pids and waits until every node has joined.
+It is idempotent, so it also restarts a node that died. ``stop`` signals exactly
+those pids and waits for them to go. Everything lives under ``<state_dir>/kafka``:
+per node ``node-<i>/`` with ``data/`` (the log dirs, kept across restarts),
+``server.properties`` (readable by its owner only: it may hold the SASL password)
+and ``broker.pid``; with TLS, ``tls/`` (the brokers' shared keystore and
+certificate, see :func:`certificate`). Node i's output goes to
+``<state_dir>/logs/kafka-<i>.log``.
+
+On a cluster of your own you point ``LAMBDALINE_KAFKA_BOOTSTRAP`` at its brokers
+and never call this module.
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import ipaddress
+import json
 import os
 import re
 import secrets
@@ -38,7 +48,6 @@ from shared.platform.kafka_admin import admin_client, port_open
 from shared.platform.kafka_security import jaas_config
 from shared.settings import KafkaSettings, Settings
 
-NODE_ID = 1
 _MAIN_CLASS = "kafka.Kafka"
 _STORAGE_TOOL = "kafka.tools.StorageTool"
 _KILL_WAIT_S = 30.0
@@ -63,7 +72,42 @@ logger.request.level = warn
 
 
 class BrokerError(RuntimeError):
-    """The broker could not be started or stopped; the message says why."""
+    """The cluster could not be started or stopped; the message says why."""
+
+
+@dataclass(frozen=True)
+class Node:
+    """One KRaft node of the embedded cluster: broker and controller."""
+
+    id: int
+    host: str
+    port: int
+    controller_port: int
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def controller(self) -> str:
+        return f"{self.host}:{self.controller_port}"
+
+
+def nodes(kafka: KafkaSettings) -> list[Node]:
+    """The embedded cluster's nodes, ids from 1, on consecutive ports."""
+    host, port = kafka.bootstrap_host, kafka.bootstrap_port
+    return [Node(i + 1, host, port + i, kafka.controller_port + i) for i in range(kafka.brokers)]
+
+
+def replication(brokers: int) -> tuple[int, int]:
+    """(replication factor, min.insync.replicas) for a cluster of that many brokers.
+
+    Three copies, two of them needed for a write, from three brokers on: a broker
+    may then die without an acknowledged record being lost or writes stopping.
+    Fewer brokers cannot give both, so a write needs one copy.
+    """
+    factor = min(3, brokers)
+    return factor, 2 if factor >= 3 else 1
 
 
 @dataclass(frozen=True)
@@ -79,46 +123,96 @@ class BrokerPaths:
     certificate: Path
 
     @classmethod
-    def of(cls, settings: Settings) -> BrokerPaths:
-        root = settings.kafka_dir
+    def of(cls, settings: Settings, node: int = 1) -> BrokerPaths:
+        root = settings.kafka_dir / f"node-{node}"
+        tls = settings.kafka_dir / "tls"  # one certificate for every node: same host
         return cls(
             root=root,
             data=root / "data",
             config=root / "server.properties",
             log4j=root / "log4j2.properties",
             pid_file=root / "broker.pid",
-            log_file=settings.logs_dir / "kafka.log",
-            keystore=root / "tls" / "broker.p12",
-            keystore_password=root / "tls" / "broker.p12.password",
-            certificate=root / "tls" / "broker.pem",
+            log_file=settings.logs_dir / f"kafka-{node}.log",
+            keystore=tls / "broker.p12",
+            keystore_password=tls / "broker.p12.password",
+            certificate=tls / "broker.pem",
         )
 
 
 @dataclass(frozen=True)
-class BrokerStatus:
-    running: bool
+class NodeStatus:
+    node: Node
     pid: int | None
-    bootstrap: str
-    answering: bool
+    """Its pid while it runs, else None."""
     paths: BrokerPaths
 
+    @property
+    def running(self) -> bool:
+        return self.pid is not None
 
-def server_properties(settings: Settings, paths: BrokerPaths) -> str:
-    """A single-node KRaft broker+controller with replication factors of one.
+
+@dataclass(frozen=True, order=True)
+class UnderReplicated:
+    topic: str
+    partition: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class BrokerStatus:
+    """The embedded cluster as its nodes' pid files, the quorum and the cluster say."""
+
+    nodes: list[NodeStatus]
+    bootstrap: str
+    registered: frozenset[int] | None
+    """Ids of the brokers the cluster lists; None if it does not answer."""
+    controller: int | None
+    """The node that leads the KRaft quorum (the active controller), as its log says."""
+    under_replicated: list[UnderReplicated]
+
+    @property
+    def running(self) -> bool:
+        """True if every node runs."""
+        return all(node.running for node in self.nodes)
+
+    @property
+    def answering(self) -> bool:
+        return self.registered is not None
+
+    @property
+    def pids(self) -> list[int]:
+        return [node.pid for node in self.nodes if node.pid is not None]
+
+    @property
+    def pid(self) -> int | None:
+        """The first node's pid (a single broker's)."""
+        return self.nodes[0].pid
+
+    @property
+    def paths(self) -> BrokerPaths:
+        """The first node's paths (a single broker's)."""
+        return self.nodes[0].paths
+
+
+def server_properties(settings: Settings, paths: BrokerPaths, node: int = 1) -> str:
+    """Node ``node`` of a KRaft cluster of ``kafka_brokers`` broker+controller nodes.
 
     Clients reach it on one listener that speaks ``kafka_security_protocol``
-    (see :func:`security_properties`); the controller's stays PLAINTEXT, on the
-    same host.
+    (see :func:`security_properties`), which the brokers also use among
+    themselves; the controllers' stays PLAINTEXT, on the same host. Replication
+    factors and ``min.insync.replicas``: :func:`replication`.
     """
-    host, port = settings.kafka.bootstrap_host, settings.kafka.bootstrap_port
-    controller = f"{host}:{settings.kafka.controller_port}"
+    cluster = nodes(settings.kafka)
+    this = cluster[node - 1]
     protocol = settings.kafka.security_protocol
+    factor, min_isr = (str(value) for value in replication(len(cluster)))
     properties = {
         "process.roles": "broker,controller",
-        "node.id": str(NODE_ID),
-        "controller.quorum.voters": f"{NODE_ID}@{controller}",
-        "listeners": f"{protocol}://{host}:{port},CONTROLLER://{controller}",
-        "advertised.listeners": f"{protocol}://{host}:{port}",
+        "node.id": str(this.id),
+        "controller.quorum.voters": ",".join(f"{n.id}@{n.controller}" for n in cluster),
+        "listeners": f"{protocol}://{this.address},CONTROLLER://{this.controller}",
+        "advertised.listeners": f"{protocol}://{this.address}",
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": protocol,
         "listener.security.protocol.map": f"{protocol}:{protocol},CONTROLLER:PLAINTEXT",
@@ -126,12 +220,14 @@ def server_properties(settings: Settings, paths: BrokerPaths) -> str:
         "log.dirs": str(paths.data.resolve()),
         "num.partitions": str(settings.kafka.partitions),
         "auto.create.topics.enable": "false",
-        "offsets.topic.replication.factor": "1",
+        "default.replication.factor": factor,
+        "min.insync.replicas": min_isr,
+        "offsets.topic.replication.factor": factor,
         "offsets.topic.num.partitions": str(max(settings.kafka.partitions, 1)),
-        "transaction.state.log.replication.factor": "1",
-        "transaction.state.log.min.isr": "1",
-        "share.coordinator.state.topic.replication.factor": "1",
-        "share.coordinator.state.topic.min.isr": "1",
+        "transaction.state.log.replication.factor": factor,
+        "transaction.state.log.min.isr": min_isr,
+        "share.coordinator.state.topic.replication.factor": factor,
+        "share.coordinator.state.topic.min.isr": min_isr,
         "group.initial.rebalance.delay.ms": "0",
         "num.network.threads": "2",
         "num.io.threads": "4",
@@ -269,8 +365,8 @@ def _check_trusted(settings: Settings, paths: BrokerPaths) -> None:
         )
 
 
-def _check_unchanged(settings: Settings, paths: BrokerPaths, pid: int) -> None:
-    """Refuse to call a running broker started if it runs with other settings than these.
+def _check_unchanged(settings: Settings, paths: BrokerPaths, pid: int, node: int) -> None:
+    """Refuse to call a running node started if it runs with other settings than these.
 
     A broker reads its configuration once, at start: a listener, password or
     heap changed since would otherwise be reported as running and then refuse
@@ -284,7 +380,7 @@ def _check_unchanged(settings: Settings, paths: BrokerPaths, pid: int) -> None:
         running = _properties(paths.config.read_text())
     except FileNotFoundError:
         return
-    wanted = _properties(server_properties(settings, paths))
+    wanted = _properties(server_properties(settings, paths, node))
     changed = sorted(
         key for key in running.keys() | wanted.keys() if running.get(key) != wanted.get(key)
     )
@@ -296,7 +392,7 @@ def _check_unchanged(settings: Settings, paths: BrokerPaths, pid: int) -> None:
             f" and {len(changed) - 5} more" if len(changed) > 5 else ""
         )
         raise BrokerError(
-            f"the embedded broker (pid {pid}) runs with other settings than these "
+            f"node {node} of the embedded cluster (pid {pid}) runs with other settings than these "
             f"(they differ in {named}); it reads them at start: "
             "`lambdaline kafka stop`, then `lambdaline kafka start`"
         )
@@ -396,19 +492,67 @@ def _wait_gone(pid: int, paths: BrokerPaths, seconds: float) -> bool:
     return True
 
 
-def _answers(kafka: KafkaSettings, timeout_ms: int = 2000) -> bool:
-    """True if the cluster answers a cluster description."""
+def _registered(kafka: KafkaSettings, timeout_ms: int = 2000) -> frozenset[int] | None:
+    """Ids of the brokers the cluster lists (joined and caught up), or None if it does
+    not answer."""
     try:
         admin = admin_client(kafka, client_id="lambdaline-probe", timeout_ms=timeout_ms)
     except (KafkaConnectionError, KafkaTimeoutError):
-        return False
+        return None
     try:
-        admin.describe_cluster()
-        return True
+        brokers = admin.describe_cluster()["brokers"]
+        return frozenset(b["broker_id"] for b in brokers if not b.get("is_fenced"))
     except KafkaError:
-        return False
+        return None
     finally:
         admin.close()
+
+
+def _under_replicated(kafka: KafkaSettings) -> list[UnderReplicated]:
+    """Partitions with a replica out of sync (or down), across every topic."""
+    try:
+        admin = admin_client(kafka, client_id="lambdaline-probe", timeout_ms=5000)
+    except (KafkaConnectionError, KafkaTimeoutError):
+        return []
+    try:
+        topics = admin.describe_topics()
+    except KafkaError:
+        return []
+    finally:
+        admin.close()
+    return sorted(
+        UnderReplicated(
+            topic["name"],
+            part["partition_index"],
+            tuple(part["replica_nodes"]),
+            tuple(part["isr_nodes"]),
+        )
+        for topic in topics
+        for part in topic["partitions"]
+        if set(part["replica_nodes"]) - set(part["isr_nodes"])
+    )
+
+
+def _quorum_leader(statuses: list[NodeStatus]) -> int | None:
+    """The KRaft quorum's leader (the active controller) as the running nodes record it.
+
+    Each node keeps the last leader and epoch it saw in ``quorum-state``; the
+    highest epoch is the latest. (A broker's DescribeCluster answer names a random
+    broker as controller in KRaft mode, so it cannot say.)
+    """
+    latest: tuple[int, int] | None = None
+    for status in statuses:
+        if not status.running:
+            continue
+        state_file = status.paths.data / "__cluster_metadata-0" / "quorum-state"
+        try:
+            state = json.loads(state_file.read_text())
+        except (FileNotFoundError, ValueError):
+            continue
+        leader, epoch = state.get("leaderId", -1), state.get("leaderEpoch", -1)
+        if leader >= 0 and (latest is None or epoch > latest[0]):
+            latest = (epoch, leader)
+    return None if latest is None else latest[1]
 
 
 def _log_tail(paths: BrokerPaths, lines: int = 20) -> str:
@@ -430,11 +574,10 @@ def new_cluster_id() -> str:
             return cluster_id
 
 
-def _format_storage(settings: Settings, paths: BrokerPaths) -> None:
-    """Format the KRaft log dir once; a formatted dir keeps its data and cluster id."""
+def _format_storage(settings: Settings, paths: BrokerPaths, cluster_id: str) -> None:
+    """Format a node's KRaft log dir once; a formatted dir keeps its data and cluster id."""
     if (paths.data / "meta.properties").exists():
         return
-    cluster_id = new_cluster_id()
     command = [
         _jdk("java"), f"-Xmx{settings.kafka.heap}", "-cp", _classpath(settings), _STORAGE_TOOL,
         "format", "-t", cluster_id, "-c", str(paths.config.resolve()),
@@ -445,35 +588,141 @@ def _format_storage(settings: Settings, paths: BrokerPaths) -> None:
         raise BrokerError(f"formatting KRaft storage failed:\n{result.stdout}{result.stderr}")
 
 
+def _cluster_id(settings: Settings) -> str:
+    """The id every node is formatted with: that of a node formatted before, else new.
+
+    A node whose data was lost is formatted again with the same id and rejoins;
+    one with another id would be refused by the quorum.
+    """
+    for meta in sorted(settings.kafka_dir.glob("node-*/data/meta.properties")):
+        cluster_id = _properties(meta.read_text()).get("cluster.id")
+        if cluster_id:
+            return cluster_id
+    return new_cluster_id()
+
+
+def _node_folders(settings: Settings) -> list[int]:
+    """Ids of the nodes with a folder under ``kafka_dir``, whatever the settings say now."""
+    ids = []
+    for folder in settings.kafka_dir.glob("node-*"):
+        suffix = folder.name.removeprefix("node-")
+        if suffix.isdigit():
+            ids.append(int(suffix))
+    return sorted(ids)
+
+
+def _running_pid(paths: BrokerPaths) -> int | None:
+    pid = _read_pid(paths)
+    return pid if pid is not None and _is_our_broker(pid, paths) else None
+
+
+def _formatted_nodes(settings: Settings) -> list[int]:
+    """Ids of the nodes whose storage is formatted under this state folder."""
+    return [
+        node for node in _node_folders(settings)
+        if (BrokerPaths.of(settings, node).data / "meta.properties").exists()
+    ]  # fmt: skip
+
+
+def cluster_settings(settings: Settings) -> Settings:
+    """These settings with ``kafka_brokers`` raised to the cluster formatted under this
+    state folder: `kafka status`, `start` and `stop` see a cluster made with ``--brokers``."""
+    formatted = _formatted_nodes(settings)
+    if not formatted or max(formatted) <= settings.kafka.brokers:
+        return settings
+    return settings.updated(kafka_brokers=max(formatted))
+
+
 def is_running(settings: Settings, pid: int) -> bool:
-    """True while ``pid`` is this state folder's broker (a cheap check: /proc only)."""
-    return _is_our_broker(pid, BrokerPaths.of(settings))
+    """True while ``pid`` is a node of this state folder's cluster (a cheap check: /proc only)."""
+    folders = _node_folders(settings)
+    return any(_is_our_broker(pid, BrokerPaths.of(settings, node)) for node in folders)
+
+
+def _check_ports(settings: Settings, cluster: list[Node], starting: list[Node]) -> None:
+    clients = {node.port for node in cluster}
+    controllers = {node.controller_port for node in cluster}
+    if clients & controllers:
+        raise BrokerError(
+            f"the embedded cluster's client ports ({_ports(clients)}) and controller ports "
+            f"({_ports(controllers)}) overlap: set LAMBDALINE_KAFKA_CONTROLLER_PORT at least "
+            f"{len(cluster)} away from the bootstrap port"
+        )
+    for node in starting:
+        for taken in (node.port, node.controller_port):
+            if port_open(node.host, taken):
+                raise BrokerError(
+                    f"{node.host}:{taken} (node {node.id}) is already in use by another process; "
+                    "stop it or set LAMBDALINE_KAFKA_BOOTSTRAP / "
+                    "LAMBDALINE_KAFKA_CONTROLLER_PORT to free ports"
+                )
+
+
+def _ports(ports: set[int]) -> str:
+    low, high = min(ports), max(ports)
+    return str(low) if low == high else f"{low}-{high}"
+
+
+def _check_layout(settings: Settings) -> None:
+    """Refuse to start beside a single broker's data of the layout without ``node-<i>``."""
+    earlier = settings.kafka_dir / "data"
+    if (earlier / "meta.properties").exists():
+        raise BrokerError(
+            f"{earlier} holds a broker's data in an earlier layout; each node now keeps its "
+            f"own under {settings.kafka_dir}/node-<i>: move it to "
+            f"{BrokerPaths.of(settings, 1).data} to keep it (after `kafka stop`), or delete it"
+        )
 
 
 def start(settings: Settings) -> BrokerStatus:
-    """Start the broker if it is not running; return once it answers. Idempotent."""
-    paths = BrokerPaths.of(settings)
-    pid = _read_pid(paths)
-    if pid is not None and _is_our_broker(pid, paths):
-        _check_unchanged(settings, paths, pid)
-        return status(settings)
-    paths.pid_file.unlink(missing_ok=True)
-    host, port = settings.kafka.bootstrap_host, settings.kafka.bootstrap_port
-    for taken in (port, settings.kafka.controller_port):
-        if port_open(host, taken):
-            raise BrokerError(
-                f"{host}:{taken} is already in use by another process; stop it or set "
-                "LAMBDALINE_KAFKA_BOOTSTRAP / LAMBDALINE_KAFKA_CONTROLLER_PORT to free ports"
-            )
+    """Start every node of the cluster that does not run; return once every node has
+    joined. Idempotent: it restarts a node that died and leaves running ones alone."""
     check_security_settings(settings.kafka)
-    for folder in (paths.root, paths.data, paths.log_file.parent):
+    _check_layout(settings)
+    cluster = nodes(settings.kafka)
+    formatted = _formatted_nodes(settings)
+    if formatted and max(formatted) > len(cluster):
+        raise BrokerError(
+            f"the cluster under {settings.kafka_dir} has {max(formatted)} nodes, and a KRaft "
+            f"quorum keeps its voters: start it with --brokers {max(formatted)} "
+            f"(LAMBDALINE_KAFKA_BROKERS={max(formatted)}), or delete {settings.kafka_dir} "
+            f"for a new cluster of {len(cluster)}"
+        )
+    starting = []
+    for node in cluster:
+        paths = BrokerPaths.of(settings, node.id)
+        pid = _running_pid(paths)
+        if pid is None:
+            paths.pid_file.unlink(missing_ok=True)
+            starting.append(node)
+        else:
+            _check_unchanged(settings, paths, pid, node.id)
+    _check_ports(settings, cluster, starting)
+    if not starting:
+        return status(settings)
+    for folder in (settings.kafka_dir, settings.logs_dir):
         folder.mkdir(parents=True, exist_ok=True)
     if settings.kafka.uses_tls:
-        _check_trusted(settings, paths)
-    _write_private(paths.config, server_properties(settings, paths))
-    paths.log4j.write_text(_LOG4J2)
-    _format_storage(settings, paths)
+        _check_trusted(settings, BrokerPaths.of(settings))
+    cluster_id = _cluster_id(settings)
+    launched: dict[int, subprocess.Popen[bytes]] = {}
+    try:
+        for node in starting:  # all before any waits: a quorum needs a majority up
+            launched[node.id] = _launch(settings, node, cluster_id)
+        _wait_joined(settings, cluster, launched)
+    except BaseException:
+        for node_id, process in launched.items():
+            _terminate(process.pid, BrokerPaths.of(settings, node_id), grace_seconds=10)
+        raise
+    return status(settings)
 
+
+def _launch(settings: Settings, node: Node, cluster_id: str) -> subprocess.Popen[bytes]:
+    paths = BrokerPaths.of(settings, node.id)
+    paths.data.mkdir(parents=True, exist_ok=True)
+    _write_private(paths.config, server_properties(settings, paths, node.id))
+    paths.log4j.write_text(_LOG4J2)
+    _format_storage(settings, paths, cluster_id)
     command = [_jdk("java"), *_jvm_options(settings.kafka, paths), "-cp", _classpath(settings)]
     command += [_MAIN_CLASS, str(paths.config.resolve())]
     with paths.log_file.open("ab") as log:
@@ -482,28 +731,48 @@ def start(settings: Settings) -> BrokerStatus:
             start_new_session=True,  # a Ctrl-C in the caller's terminal must not reach it
         )  # fmt: skip
     paths.pid_file.write_text(f"{process.pid}\n")
+    return process
 
+
+def _wait_joined(
+    settings: Settings, cluster: list[Node], launched: dict[int, subprocess.Popen[bytes]]
+) -> None:
+    """Wait until the cluster lists every node; BrokerError if a node exits or time runs out."""
+    wanted = {node.id for node in cluster}
     deadline = time.monotonic() + settings.kafka.start_timeout.total_seconds()
+    registered: frozenset[int] | None = None
     while time.monotonic() < deadline:
-        if process.poll() is not None:
-            paths.pid_file.unlink(missing_ok=True)
-            raise BrokerError(
-                f"the broker exited with code {process.returncode} during start-up; "
-                f"last lines of {paths.log_file}:\n{_log_tail(paths)}"
-            )
-        if _answers(settings.kafka):
-            return status(settings)
+        for node_id, process in launched.items():
+            if process.poll() is not None:
+                paths = BrokerPaths.of(settings, node_id)
+                paths.pid_file.unlink(missing_ok=True)
+                raise BrokerError(
+                    f"node {node_id} exited with code {process.returncode} during start-up; "
+                    f"last lines of {paths.log_file}:\n{_log_tail(paths)}"
+                )
+        registered = _registered(settings.kafka)
+        if registered is not None and wanted <= registered:
+            return
         time.sleep(0.5)
-    _terminate(process.pid, paths, grace_seconds=10)
+    first = BrokerPaths.of(settings, min(launched))
+    joined = "no node answered" if registered is None else (
+        f"nodes {', '.join(map(str, sorted(registered)))} joined"
+    )  # fmt: skip
     raise BrokerError(
-        f"the broker did not answer on {settings.kafka.bootstrap} within "
-        f"{settings.kafka.start_timeout}; last lines of {paths.log_file}:\n{_log_tail(paths)}"
+        f"the cluster did not list all {len(cluster)} nodes on {settings.kafka.bootstrap} within "
+        f"{settings.kafka.start_timeout} ({joined}); last lines of "
+        f"{first.log_file}:\n{_log_tail(first)}"
     )
 
 
 def _terminate(pid: int, paths: BrokerPaths, grace_seconds: float) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
+    _await_exit(pid, paths, grace_seconds)
+
+
+def _await_exit(pid: int, paths: BrokerPaths, grace_seconds: float) -> None:
+    """Wait for a signalled node to exit; SIGKILL it after the grace period."""
     if not _wait_gone(pid, paths, grace_seconds):
         if _is_our_broker(pid, paths):
             with contextlib.suppress(ProcessLookupError):
@@ -513,27 +782,43 @@ def _terminate(pid: int, paths: BrokerPaths, grace_seconds: float) -> None:
     paths.pid_file.unlink(missing_ok=True)
 
 
-def stop(settings: Settings, grace_seconds: float = 30.0) -> int | None:
-    """Stop the broker started by :func:`start` (by its pid) and wait; return the pid or None."""
-    paths = BrokerPaths.of(settings)
-    pid = _read_pid(paths)
-    if pid is None or not _is_our_broker(pid, paths):
-        paths.pid_file.unlink(missing_ok=True)
-        return None
-    _terminate(pid, paths, grace_seconds)
-    return pid
+def stop(settings: Settings, grace_seconds: float = 30.0) -> list[int]:
+    """Stop every node :func:`start` started under this state folder (by its pid) and wait;
+    return their pids (none if none ran).
+
+    All are signalled at once: a node stopped after the others would wait for a
+    quorum that is no longer there.
+    """
+    running = []
+    for node in _node_folders(settings):
+        paths = BrokerPaths.of(settings, node)
+        pid = _running_pid(paths)
+        if pid is None:
+            paths.pid_file.unlink(missing_ok=True)
+        else:
+            running.append((pid, paths))
+    for pid, _ in running:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    for pid, paths in running:
+        _await_exit(pid, paths, grace_seconds)
+    return [pid for pid, _ in running]
 
 
 def status(settings: Settings) -> BrokerStatus:
-    paths = BrokerPaths.of(settings)
-    pid = _read_pid(paths)
-    running = pid is not None and _is_our_broker(pid, paths)
+    """Each node's pid, the brokers the cluster lists, the active controller and the
+    under-replicated partitions."""
+    statuses = []
+    for node in nodes(settings.kafka):
+        paths = BrokerPaths.of(settings, node.id)
+        statuses.append(NodeStatus(node, _running_pid(paths), paths))
+    registered = _registered(settings.kafka)
     return BrokerStatus(
-        running=running,
-        pid=pid if running else None,
+        nodes=statuses,
         bootstrap=settings.kafka.bootstrap,
-        answering=_answers(settings.kafka),
-        paths=paths,
+        registered=registered,
+        controller=_quorum_leader(statuses),
+        under_replicated=[] if registered is None else _under_replicated(settings.kafka),
     )
 
 
@@ -544,19 +829,43 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(probe.getsockname()[1])
 
 
-@contextlib.contextmanager
-def ephemeral_broker(state_dir: Path, **overrides: Any) -> Iterator[Settings]:
-    """A broker of its own on free ports under state_dir, stopped (by pid) on exit.
+def free_ports(count: int, host: str = "127.0.0.1", avoid: frozenset[int] = frozenset()) -> int:
+    """The first of ``count`` consecutive TCP ports nothing listens on right now."""
+    for _ in range(100):
+        first = free_port(host)
+        block = range(first, first + count)
+        fits = block[-1] <= 65535 and not avoid & set(block)
+        if fits and all(_bindable(host, port) for port in block[1:]):
+            return first
+    raise OSError(f"found no {count} consecutive free ports on {host}")
 
-    For tests and benchmarks: it never touches the configured broker or ports.
+
+def _bindable(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+@contextlib.contextmanager
+def ephemeral_broker(state_dir: Path, brokers: int = 1, **overrides: Any) -> Iterator[Settings]:
+    """A cluster of its own (one broker by default) on free ports under state_dir, stopped
+    (by pid) on exit.
+
+    For tests and benchmarks: it never touches the configured cluster or ports.
     With TLS, its clients trust its own certificate, whatever CA file the
     environment names.
     """
+    port = free_ports(brokers)
+    controller = free_ports(brokers, avoid=frozenset(range(port, port + brokers)))
     settings = Settings.model_validate(
         {
             "state_dir": state_dir,
-            "kafka_bootstrap": f"127.0.0.1:{free_port()}",
-            "kafka_controller_port": free_port(),
+            "kafka_bootstrap": f"127.0.0.1:{port}",
+            "kafka_controller_port": controller,
+            "kafka_brokers": brokers,
             **overrides,
         }
     )

@@ -224,10 +224,20 @@ class KafkaSettings(SettingsGroup):
         "127.0.0.1:9092",
         description="bootstrap servers (host:port[,host:port]); the embedded broker listens here",
     )
-    controller_port: int = Field(
-        9093, ge=1, le=65535, description="KRaft controller port of the embedded broker"
+    brokers: int = Field(
+        1,
+        ge=1,
+        le=9,
+        description="nodes of the embedded cluster (`kafka start`); node i listens on the "
+        "bootstrap port + i - 1, and clients bootstrap from every node",
     )
-    heap: str = Field("1g", pattern=r"^\d+[kmgKMG]$", description="broker JVM heap (-Xmx)")
+    controller_port: int = Field(
+        9192,
+        ge=1,
+        le=65535,
+        description="KRaft controller port of the embedded cluster's first node (node i: + i - 1)",
+    )
+    heap: str = Field("1g", pattern=r"^\d+[kmgKMG]$", description="JVM heap (-Xmx) of each broker")
     partitions: int = Field(2, ge=1, le=1024, description="partitions per created topic")
     start_timeout: PositiveDuration = Field(
         timedelta(seconds=90), description="how long `kafka start` waits for the broker"
@@ -295,7 +305,24 @@ class KafkaSettings(SettingsGroup):
                     f"{self.security_protocol}, which uses no TLS; set it to SSL or SASL_SSL"
                 )
         self._check_client_certificate()
+        self._bootstrap_every_node()
         return self
+
+    def _bootstrap_every_node(self) -> None:
+        """With an embedded cluster of several nodes, clients bootstrap from all of them:
+        one that bootstraps from a single node cannot start while that node is down."""
+        if self.brokers == 1:
+            return
+        (host, port), *more = parse_servers(self.bootstrap)
+        nodes = ",".join(f"{host}:{port + i}" for i in range(self.brokers))
+        if more and self.bootstrap.replace(" ", "") != nodes:
+            raise ValueError(
+                f"kafka_brokers {self.brokers} puts the embedded cluster's nodes on {nodes}, "
+                f"but kafka_bootstrap lists {self.bootstrap}: give the first node's alone"
+            )
+        if port + self.brokers - 1 > 65535:
+            raise ValueError(f"kafka_brokers {self.brokers} from port {port} runs past 65535")
+        self.bootstrap = nodes
 
     def _check_client_certificate(self) -> None:
         """The certificate, its key and the key's password must come together and agree."""

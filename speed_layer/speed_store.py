@@ -28,8 +28,14 @@ JSON_OPTIONS = {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'", "ignoreNullFi
 
 
 def kafka_sink_options(kafka: KafkaSettings) -> dict[str, str]:
+    """Spark's Kafka sink: a record counts as written once every in-sync replica has it
+    (``acks=all``; with ``min.insync.replicas`` 2 a broker may die without losing it), and
+    a retried send is not written twice (idempotence). Both are the Java producer's
+    defaults; they are stated because the speed store's correctness rests on them."""
     return {
         **spark_kafka_options(kafka),
+        "kafka.acks": "all",
+        "kafka.enable.idempotence": "true",
         "kafka.compression.type": "lz4",
         "kafka.linger.ms": "5",
     }

@@ -355,10 +355,15 @@ def kafka_consumer(kafka: KafkaSettings, client_id: str, **configs: Any) -> Kafk
 
 
 def kafka_producer(kafka: KafkaSettings, client_id: str, **configs: Any) -> KafkaProducer:
-    """A ``KafkaProducer`` of the configured cluster, with its security settings."""
+    """A ``KafkaProducer`` of the configured cluster, with its security settings.
+
+    A send is acknowledged once every in-sync replica has the record (``acks=all``),
+    and retries do not write it twice (idempotence): with replication factor 3 and
+    ``min.insync.replicas`` 2, an acknowledged record survives the loss of a broker.
+    """
     return KafkaProducer(
         bootstrap_servers=kafka.bootstrap,
         client_id=client_id,
         **python_client_configs(kafka),
-        **configs,
+        **({"acks": "all", "enable_idempotence": True} | configs),
     )
