@@ -28,7 +28,7 @@ from rich.table import Table
 from batch_layer.cli import batch_app
 from lambdaline import demo as demo_app
 from lambdaline import generator as event_generator
-from lambdaline import kafka_broker
+from lambdaline import kafka_broker, spark_cluster
 from lambdaline.processes import exit_on_signals
 from serving.cli import serve
 from shared.domain.events import format_instant, parse_instant
@@ -57,9 +57,11 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 kafka_app = typer.Typer(help="The embedded Apache Kafka cluster: one KRaft node, or several.")
+spark_app = typer.Typer(help="A Spark standalone cluster on this machine: a master, workers.")
 topics_app = typer.Typer(help="Kafka topics of lambdaline.")
 jvm_app = typer.Typer(help="JVM jars (broker, Spark Kafka connector) resolved by Maven.")
 app.add_typer(kafka_app, name="kafka")
+app.add_typer(spark_app, name="spark")
 app.add_typer(topics_app, name="topics")
 app.add_typer(jvm_app, name="jvm")
 app.add_typer(speed_app, name="speed")
@@ -83,6 +85,7 @@ def _clear_errors() -> Iterator[None]:
         yield
     except (
         kafka_broker.BrokerError,
+        spark_cluster.SparkClusterError,
         JarResolutionError,
         JdkToolMissingError,
         KafkaNotReadyError,
@@ -202,6 +205,77 @@ def kafka_status() -> None:
             out.print(
                 f"  {part.topic}-{part.partition}: in sync {in_sync} "
                 f"of replicas {','.join(map(str, part.replicas))}"
+            )
+    if not state.running:
+        raise typer.Exit(3)
+
+
+# --- spark -------------------------------------------------------------------------
+
+
+@spark_app.command("start")
+def spark_start(
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            "--workers", min=1, max=8, help="workers (default: LAMBDALINE_SPARK_WORKERS, 2)"
+        ),
+    ] = None,
+) -> None:
+    """Start the standalone master and workers that do not run; wait until all registered."""
+    settings = _settings()
+    if workers is not None:
+        settings = _updated(settings, spark_workers=workers)
+    with _clear_errors():
+        before = spark_cluster.status(settings)
+        with console.status(f"starting Spark at {spark_cluster.master_url(settings)}"):
+            state = spark_cluster.start(settings)
+    for daemon, was in zip(state.daemons, before.daemons, strict=True):
+        verb = "already running" if was.running else "started"
+        out.print(f"spark {daemon.daemon.name} {verb}: pid {daemon.pid}")
+        out.print(f"  log {daemon.daemon.log_file}")
+    spark = settings.spark
+    out.print(
+        f"{state.alive_workers} workers of {spark.worker_cores} cores and "
+        f"{spark.worker_memory}; an application gets {spark_cluster.default_cores(settings)} "
+        f"cores unless it sets spark.cores.max; web UI {state.web_ui}"
+    )
+    out.print(f"run both layers on it: export LAMBDALINE_SPARK_MASTER={state.master_url}")
+
+
+@spark_app.command("stop")
+def spark_stop() -> None:
+    """Stop the workers (and their executors), then the master, by pid."""
+    settings = _settings()
+    with _clear_errors(), console.status("stopping Spark"):
+        pids = spark_cluster.stop(settings)
+    if pids:
+        out.print(f"spark stopped ({len(pids)} daemons: pids {', '.join(map(str, pids))})")
+    else:
+        out.print("spark was not running")
+
+
+@spark_app.command("status")
+def spark_status() -> None:
+    """The master and each worker: pid, and what the master says. Exits 3 if one is down."""
+    settings = _settings()
+    state = spark_cluster.status(settings)
+    for daemon in state.daemons:
+        said = f"running: pid {daemon.pid}" if daemon.running else "not running"
+        out.print(f"spark {daemon.daemon.name} {said}  log {daemon.daemon.log_file}")
+    if state.state is None:
+        out.print(f"master at {state.master_url}: not answering ({state.web_ui}/json/)")
+    else:
+        master = state.state
+        out.print(
+            f"master at {state.master_url}: {master.get('status')}, "
+            f"{state.alive_workers} workers alive, cores {master.get('coresused')}/"
+            f"{master.get('cores')} used, web UI {state.web_ui}"
+        )
+        for application in master.get("activeapps", []):
+            out.print(
+                f"  application {application.get('name')} ({application.get('id')}): "
+                f"{application.get('cores')} cores, {application.get('state')}"
             )
     if not state.running:
         raise typer.Exit(3)

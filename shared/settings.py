@@ -383,6 +383,27 @@ class SparkSettings(SettingsGroup):
         "than 2g",
     )
     shuffle_partitions: int = Field(2, ge=1, description="spark.sql.shuffle.partitions")
+    workers: int = Field(
+        2, ge=1, le=8, description="workers of the standalone cluster `spark start` runs"
+    )
+    worker_cores: int = Field(
+        2, ge=1, le=64, description="cores each worker offers executors (may exceed the host's)"
+    )
+    worker_memory: str = Field(
+        "2g",
+        pattern=r"^\d+[mgMG]$",
+        description="memory each worker offers executors (each executor takes "
+        "spark.executor.memory, 1g by default)",
+    )
+    cluster_port: int = Field(
+        7077, ge=1, le=65535, description="port of the standalone master `spark start` runs"
+    )
+    cluster_ui_port: int = Field(
+        8080,
+        ge=1,
+        le=65535,
+        description="the standalone master's web UI (and JSON) port; worker i's is + i",
+    )
     conf: dict[str, str] = Field(
         default_factory=dict,
         description="extra Spark configuration for both layers, over each layer's own tuning, "
@@ -632,6 +653,10 @@ class Settings(BaseModel):
     @property
     def kafka_dir(self) -> Path:
         return self.state_dir / "kafka"
+
+    @property
+    def spark_cluster_dir(self) -> Path:
+        return self.state_dir / "spark-cluster"
 
     @property
     def logs_dir(self) -> Path:
