@@ -471,6 +471,14 @@ def demo(
     fresh: Annotated[
         bool, typer.Option("--fresh", help="delete the demo's earlier state and begin anew")
     ] = False,
+    cluster: Annotated[
+        bool,
+        typer.Option(
+            "--cluster",
+            help="on a Kafka cluster of three brokers and a Spark standalone cluster "
+            "(LAMBDALINE_SPARK_WORKERS workers), started here",
+        ),
+    ] = False,
 ) -> None:
     """Run the whole Lambda system in simulated time until Ctrl-C.
 
@@ -480,7 +488,7 @@ def demo(
     settings = _settings()
     with _clear_errors():
         try:
-            code = demo_app.run(settings, host, port, fresh, console)
+            code = demo_app.run(settings, host, port, fresh, console, cluster)
         except demo_app.DemoError as error:
             console.print(f"[red]error:[/red] {error}", highlight=False)
             raise typer.Exit(1) from None

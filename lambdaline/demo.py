@@ -3,7 +3,9 @@
 One command starts, each as a process of its own (its own session, so the
 terminal's Ctrl-C reaches only the demo, which then stops them in order):
 
-* the embedded Kafka broker (unless one already runs) and the topics;
+* the embedded Kafka broker (unless one already runs) and the topics; with
+  ``--cluster``, a Kafka cluster of three nodes and a Spark standalone cluster (a
+  master and ``spark_workers`` workers), on which both layers then run;
 * the speed job (``lambdaline speed run``, continuous);
 * the generator (``lambdaline generate --speedup``): ``demo_speedup`` simulated
   seconds per real second, so a simulated day passes in minutes;
@@ -48,7 +50,7 @@ from rich.live import Live
 from rich.text import Text
 
 from batch_layer.schedule import Scheduler, next_run_after
-from lambdaline import kafka_broker
+from lambdaline import kafka_broker, spark_cluster
 from lambdaline.generator import GeneratorConfig, plate_pool
 from lambdaline.processes import CLI, STOP_GRACE_S, Supervisor, log_tail
 from shared.domain.events import format_instant, parse_instant
@@ -133,13 +135,19 @@ def reset_state(settings: Settings) -> list[Path]:
     Only lambdaline's own folders under the state directory (and the configured
     batch store) go; a master dataset at a URL is left alone.
     """
-    if kafka_broker.status(settings).running:
+    if kafka_broker.status(kafka_broker.cluster_settings(settings)).pids:
         raise DemoError(
             "--fresh deletes the broker's data, but the embedded broker is running; "
             "stop it first with `lambdaline kafka stop`"
         )
+    if spark_cluster.status(settings).pids:
+        raise DemoError(
+            "--fresh deletes the Spark cluster's work folders, but it is running; "
+            "stop it first with `lambdaline spark stop`"
+        )
     folders = [
         settings.kafka_dir,
+        settings.spark_cluster_dir,
         settings.checkpoints_dir,
         settings.batch_store,
         settings.state_dir / "demo",
@@ -257,11 +265,19 @@ def banner(settings: Settings, api: str, key: str, clock: SimClock) -> list[str]
         f"  rolling  curl -s {header} '{api}/v1/booths/booth-01/rolling?from={since}&to={until}'",
         f"  visits   curl -s {header} '{api}/v1/vehicles/{demo_plate()}/visits"
         f"?from={since}&to={until}'",
+        f"  kafka    {settings.kafka.bootstrap} ({settings.kafka.brokers} "
+        f"broker{'s' if settings.kafka.brokers > 1 else ''})",
+        f"  spark    {settings.spark.master}"
+        + (f"   web UI {spark_cluster.web_ui(settings)}" if _on_standalone(settings) else ""),
         f"  logs     {settings.logs_dir}/demo-*.log",
         f"  time     {clock.speedup:g} simulated s per real s (a simulated day every "
         f"{minutes_per_day:.1f} min), from {format_instant(clock.origin)}; the batch runs at "
         f"{settings.demo.batch_cron!r} simulated time for the day before",
     ]
+
+
+def _on_standalone(settings: Settings) -> bool:
+    return settings.spark.master == spark_cluster.master_url(settings)
 
 
 # --- the demo ---------------------------------------------------------------------------
@@ -278,7 +294,23 @@ def _signals(handler: Callable[[int, FrameType | None], None]) -> Iterator[None]
             signal.signal(sig, old)
 
 
-def run(settings: Settings, host: str, port: int, fresh: bool, console: Console) -> int:
+CLUSTER_BROKERS = 3
+
+
+def on_clusters(settings: Settings) -> dict[str, str]:
+    """The settings (as environment variables) that put the demo on its clusters: every
+    part's clients bootstrap from three brokers, and both layers run on the Spark master.
+    Every JVM binds the loopback, where the clusters listen."""
+    return {
+        "LAMBDALINE_KAFKA_BROKERS": str(max(CLUSTER_BROKERS, settings.kafka.brokers)),
+        "LAMBDALINE_SPARK_MASTER": spark_cluster.master_url(settings),
+        "SPARK_LOCAL_IP": spark_cluster.HOST,
+    }
+
+
+def run(
+    settings: Settings, host: str, port: int, fresh: bool, console: Console, cluster: bool = False
+) -> int:
     """Run the demo until a signal; return the exit code (0 after Ctrl-C, 1 if a part died).
 
     Raises :class:`shared.platform.locks.LockHeldError` if another demo runs on the same
@@ -303,8 +335,30 @@ def run(settings: Settings, host: str, port: int, fresh: bool, console: Console)
             "stop it (Ctrl-C where it runs), or give this one another LAMBDALINE_STATE_DIR",
         ),
         _signals(on_signal),
+        _environment(on_clusters(settings) if cluster else {}),
     ):
-        return _run(settings, host, port, fresh, console, stopping, force)
+        if cluster:
+            settings = settings.updated(
+                kafka_brokers=max(CLUSTER_BROKERS, settings.kafka.brokers),
+                spark_master=spark_cluster.master_url(settings),
+            )
+        return _run(settings, host, port, fresh, console, stopping, force, cluster)
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """These environment variables for the demo's children (the supervisor's and the
+    batch scheduler's), then as they were."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _run(
@@ -315,6 +369,7 @@ def _run(
     console: Console,
     stopping: threading.Event,
     force: threading.Event,
+    cluster: bool,
 ) -> int:
     if port_open(host, port):
         raise DemoError(f"{host}:{port} is already in use; pass a free one with --port")
@@ -329,16 +384,21 @@ def _run(
     api_key = settings.serving.api_keys[0] if settings.serving.api_keys else state.api_key
     api = f"http://{host}:{port}"
     supervisor = Supervisor(env={**os.environ}, logs=settings.logs_dir, prefix="demo-")
-    started_broker = False
+    started = Started()
     scheduler: Scheduler | None = None
     worker: threading.Thread | None = None
     observer = Observer(settings, api, api_key)
     code = 0
     try:
         with console.status(f"starting Kafka on {settings.kafka.bootstrap}"):
-            started_broker = not kafka_broker.status(settings).running
+            started.broker = not kafka_broker.status(settings).pids
             broker = kafka_broker.start(settings)
             create_topics(settings)
+        spark_pids: list[int] = []
+        if cluster and not stopping.is_set():
+            with console.status(f"starting Spark at {settings.spark.master}"):
+                started.spark = not spark_cluster.status(settings).pids
+                spark_pids = spark_cluster.start(settings).pids
         if stopping.is_set():
             return 0
         supervisor.spawn("speed", "speed", "run")
@@ -368,11 +428,11 @@ def _run(
         worker.start()
         for line in banner(settings, api, api_key, clock):
             console.print(line, highlight=False, soft_wrap=True)
-        parts = Parts(supervisor, settings, broker.pid)
+        parts = Parts(supervisor, settings, broker.pids, spark_pids)
         code = _watch(clock, state, scheduler, parts, observer, console, stopping)
     finally:
         stopping.set()
-        _shut_down(settings, supervisor, scheduler, worker, started_broker, console, force)
+        _shut_down(settings, supervisor, scheduler, worker, started, console, force)
         observer.close()
         if scheduler is not None:
             state.save()
@@ -380,29 +440,48 @@ def _run(
     return code
 
 
-class Parts:
-    """The demo's processes, and the broker they all need, to ask which one has died."""
+@dataclass
+class Started:
+    """Which clusters this demo started (and so stops); ones already running keep running."""
 
-    def __init__(self, supervisor: Supervisor, settings: Settings, broker_pid: int | None):
+    broker: bool = False
+    spark: bool = False
+
+
+class Parts:
+    """The demo's processes, and the clusters they all need, to ask which one has died."""
+
+    def __init__(
+        self,
+        supervisor: Supervisor,
+        settings: Settings,
+        broker_pids: list[int],
+        spark_pids: list[int] | None = None,
+    ):
         self.supervisor = supervisor
         self.settings = settings
-        self.broker_pid = broker_pid  # None: a cluster the demo does not run
+        self.broker_pids = broker_pids  # empty: a cluster the demo does not run
+        self.spark_pids = spark_pids or []
 
     def died(self) -> str | None:
         """What to say about the first part that has exited, or None while all run.
 
-        The broker first: without it every other part fails too, a minute or two
-        later (the speed job once Spark's Kafka clients give up), and names it
-        only as a Kafka it cannot reach.
+        The clusters first: without them every other part fails too, a minute or
+        two later (the speed job once Spark's Kafka clients give up), and names
+        them only as a Kafka or a master it cannot reach. One broker of three may
+        die without stopping anything, but the demo runs all or nothing.
         """
-        if self.broker_pid is not None and not kafka_broker.is_running(
-            self.settings, self.broker_pid
-        ):
-            log = kafka_broker.BrokerPaths.of(self.settings).log_file
-            return (
-                f"the Kafka broker (pid {self.broker_pid}) exited; last lines of {log}:\n"
-                f"{log_tail(log)}"
-            )
+        for pid in self.broker_pids:
+            if not kafka_broker.is_running(self.settings, pid):
+                return f"a Kafka broker (pid {pid}) exited; see `lambdaline kafka status`"
+        if self.spark_pids:
+            cluster = spark_cluster.status(self.settings)
+            for daemon in cluster.daemons:
+                if daemon.pid is None:
+                    log = daemon.daemon.log_file
+                    return f"the Spark {daemon.daemon.name} exited; last lines of {log}:\n" + (
+                        log_tail(log)
+                    )
         dead = self.supervisor.died()
         if dead is None:
             return None
@@ -448,11 +527,12 @@ def _shut_down(
     supervisor: Supervisor,
     scheduler: Scheduler | None,
     worker: threading.Thread | None,
-    started_broker: bool,
+    started: Started,
     console: Console,
     force: threading.Event,
 ) -> None:
-    """Stop every part, data producers first and the broker last, each by its pid."""
+    """Stop every part, data producers first, then Spark's daemons, the brokers last, each
+    by its pid."""
     by_name = {child.name: child for child in supervisor.children}
     if "generator" in by_name:
         supervisor.stop(by_name["generator"], force, grace=2)
@@ -472,10 +552,16 @@ def _shut_down(
             supervisor.stop(by_name[name], force)
     for child in supervisor.children:
         console.print(f"stopped {child.name} (pid {child.process.pid})")
-    if started_broker:
+    if started.spark:
+        with console.status("stopping Spark"):
+            pids = spark_cluster.stop(settings, grace_s=2 if force.is_set() else 30)
+        console.print(f"stopped spark ({', '.join(f'pid {pid}' for pid in pids) or 'none left'})")
+    elif spark_cluster.status(settings).pids:
+        console.print("the Spark cluster was already running before the demo and keeps running")
+    if started.broker:
         with console.status("stopping Kafka"):
-            pid = kafka_broker.stop(settings, grace_seconds=2 if force.is_set() else 30)
-        if pid is not None:  # None: it had exited already
-            console.print(f"stopped kafka (pid {pid})")
-    elif kafka_broker.status(settings).running:
+            pids = kafka_broker.stop(settings, grace_seconds=2 if force.is_set() else 30)
+        if pids:  # none: they had exited already
+            console.print(f"stopped kafka ({', '.join(f'pid {pid}' for pid in pids)})")
+    elif kafka_broker.status(settings).pids:
         console.print("kafka was already running before the demo and keeps running")
