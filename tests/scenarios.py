@@ -168,6 +168,99 @@ class OneDay:
     ]  # fmt: skip
 
 
+# --- Lookups: every speed view of one morning, 2026-01-05 --------------------------------
+
+
+class Lookups:
+    """OneDay's events with copies, in the order the speed layer is sent them, and what
+    each speed view holds after one available-now run (window 5 min, max_trip 1 h,
+    watermark 2 min; rolling windows of 15 min every 5 min, a visit gap of 30 min).
+
+    - registrations: P1's R1 (valid) and R1b (expired, from 10:00:30: after e1,
+      before e4); P2's R2 (expired; a copy too); P3 never registered.
+    - entries: e1 b1 P1 10:00:10, e4 b2 P1 10:01, e2 b1 P2 10:03, e3 b1 P3 10:05,
+      copies of e3 and e2, then e9 b9 P9 12:30, which moves the watermarks to 12:28
+      (itself undecided).
+    - exits: x1 b1 P1 10:12 (and a copy), x4 b2 P1 10:31, x2 b1 P2 11:04 (61 min
+      after e2: beyond max_trip), x9 b9 P9 12:31.
+
+    So: trips e1-x1 (710 s), e4-x4 (1800 s) and e9-x9 (60 s, provisional); e2 and
+    e3 miss an exit; e4 and e2 met an expired registration; e3 misses one. Each
+    entry is in three rolling windows (09:50, 09:55, 10:00 for 10:00-10:05). P1's
+    two entries 50 s apart are one visit; P9's visit (to 13:00) is still open.
+    """
+
+    REGISTRATIONS: ClassVar[list[Record]] = [
+        OneDay.R1,
+        OneDay.R2,
+        registration("r2", "R2", "P2", True, "2025-12-01T00:00:00.000Z", sent_at="2025-12-01T00:00:05.000Z"),
+        OneDay.R1B,
+    ]  # fmt: skip
+    ENTRIES: ClassVar[list[Record]] = [
+        OneDay.E1,
+        OneDay.E4,
+        OneDay.E2,
+        OneDay.E3,
+        entry("e3", "b1", "P3", "2026-01-05T10:05:00.000Z", "5.75", sent_at="2026-01-05T10:05:04.000Z"),
+        entry("e2", "b1", "P2", "2026-01-05T10:03:00.000Z", "4.00", sent_at="2026-01-05T10:05:05.000Z"),
+        entry("e9", "b9", "P9", "2026-01-05T12:30:00.000Z", "1.00", sent_at="2026-01-05T12:30:00.100Z"),
+    ]  # fmt: skip
+    EXITS: ClassVar[list[Record]] = [
+        OneDay.X1,
+        exit_("x1", "b1", "P1", "2026-01-05T10:12:00.000Z", sent_at="2026-01-05T10:12:03.000Z"),
+        OneDay.X4,
+        OneDay.X2,
+        exit_("x9", "b9", "P9", "2026-01-05T12:31:00.000Z", sent_at="2026-01-05T12:31:00.100Z"),
+    ]  # fmt: skip
+    ROLLING_WINDOW = timedelta(minutes=15)
+    ROLLING_SLIDE = timedelta(minutes=5)
+    GAP = timedelta(minutes=30)
+
+    BOOTH_STATS: ClassVar[list[tuple[str, str, int, str]]] = [
+        ("b1", "2026-01-05T10:00:00", 2, "6.50"),
+        ("b1", "2026-01-05T10:05:00", 1, "5.75"),
+        ("b2", "2026-01-05T10:00:00", 1, "7.25"),
+        ("b9", "2026-01-05T12:30:00", 1, "1.00"),
+    ]
+    """(booth, window start, vehicles, tolls)."""
+    TRIPS: ClassVar[list[tuple[str, str, str, str, str]]] = [
+        ("b1", "P1", "2026-01-05T10:00:10", "2026-01-05T10:12:00", "710.0"),
+        ("b2", "P1", "2026-01-05T10:01:00", "2026-01-05T10:31:00", "1800.0"),
+        ("b9", "P9", "2026-01-05T12:30:00", "2026-01-05T12:31:00", "60.0"),
+    ]
+    """(booth, plate, entry time, exit time, seconds)."""
+    EXPIRED: ClassVar[list[tuple[str, str, str, str]]] = [
+        ("b2", "P1", "2026-01-05T10:01:00", "R1b"),
+        ("b1", "P2", "2026-01-05T10:03:00", "R2"),
+    ]
+    """(booth, plate, entry time, registration)."""
+    DIAGNOSTICS: ClassVar[list[tuple[str, str, str, int]]] = [
+        ("b1", "2026-01-05T10:00:00", "missing_exit", 1),
+        ("b1", "2026-01-05T10:05:00", "missing_exit", 1),
+        ("b1", "2026-01-05T10:05:00", "missing_registration", 1),
+    ]
+    """(booth, window start, reason, count)."""
+    BOOTH_ROLLING: ClassVar[list[tuple[str, str, int, str]]] = [
+        ("b1", "2026-01-05T09:50:00", 2, "6.50"),
+        ("b1", "2026-01-05T09:55:00", 3, "12.25"),
+        ("b1", "2026-01-05T10:00:00", 3, "12.25"),
+        ("b1", "2026-01-05T10:05:00", 1, "5.75"),
+        ("b2", "2026-01-05T09:50:00", 1, "7.25"),
+        ("b2", "2026-01-05T09:55:00", 1, "7.25"),
+        ("b2", "2026-01-05T10:00:00", 1, "7.25"),
+        ("b9", "2026-01-05T12:20:00", 1, "1.00"),
+        ("b9", "2026-01-05T12:25:00", 1, "1.00"),
+        ("b9", "2026-01-05T12:30:00", 1, "1.00"),
+    ]
+    """(booth, window start, vehicles, tolls): each window is 15 minutes long."""
+    VISITS: ClassVar[list[tuple[str, str, str, int, list[str], str]]] = [
+        ("P1", "2026-01-05T10:00:10", "2026-01-05T10:31:00", 2, ["b1", "b2"], "9.75"),
+        ("P2", "2026-01-05T10:03:00", "2026-01-05T10:33:00", 1, ["b1"], "4.00"),
+        ("P3", "2026-01-05T10:05:00", "2026-01-05T10:35:00", 1, ["b1"], "5.75"),
+    ]
+    """(plate, start, end, entries, booths, tolls)."""
+
+
 # --- ThreeDays: the batch layer's input, 2026-01-04 to 01-06 ------------------------------
 
 
@@ -256,6 +349,22 @@ class ThreeDays:
         {"booth_id": "b1", "window_start": t("2026-01-04T23:50"), "reason": "missing_registration", "count": 1},
         {"booth_id": "b2", "window_start": t("2026-01-05T13:00"), "reason": "missing_exit", "count": 1},
     ]  # fmt: skip
+    ROLLING_STARTS: ClassVar[list[tuple[str, str, int, str]]] = [
+        ("b1", "2026-01-04T09:05", 2, "6.50"),
+        ("b1", "2026-01-04T22:55", 1, "5.75"),
+        ("b2", "2026-01-05T12:05", 1, "7.25"),
+    ]
+    """booth_rolling with the default sizes (1 h every 5 min), by hand: e1 (10:00:10) and
+    e2 (10:03) are both in the twelve windows from 09:05 to 10:00; e3 (23:50) in the
+    twelve from 22:55, e4 (13:00) in the twelve from 12:05. (booth, first window
+    start, vehicles, tolls) of each run of twelve windows, five minutes apart."""
+    VISITS: ClassVar[list[tuple[str, datetime, datetime, int, list[str], Decimal]]] = [
+        ("P1", t("2026-01-04T10:00:10"), t("2026-01-04T10:30:10"), 1, ["b1"], Decimal("2.50")),
+        ("P1", t("2026-01-05T13:00"), t("2026-01-05T13:30"), 1, ["b2"], Decimal("7.25")),
+        ("P2", t("2026-01-04T10:03"), t("2026-01-04T10:33"), 1, ["b1"], Decimal("4.00")),
+        ("P3", t("2026-01-04T23:50"), t("2026-01-05T00:20"), 1, ["b1"], Decimal("5.75")),
+    ]  # fmt: skip
+    """vehicle_visits with the default gap (30 min): one entry each (e1's copy is dropped)."""
 
 
 # --- Lookback: the registration lookback (1 day here), 2026-01-05 -------------------------

@@ -124,6 +124,47 @@ def speed_view(settings: Settings, view: str) -> dict[str, dict[str, Any]]:
     return latest
 
 
+SPEED_COLUMNS = {
+    "booth_stats": ("booth_id", "window_start", "vehicle_count", "total_toll"),
+    "vehicle_trips": ("booth_id", "license_plate", "entry_time", "exit_time", "duration_seconds"),
+    "expired_registrations": ("booth_id", "license_plate", "entry_time", "registration_id"),
+    "diagnostics": ("booth_id", "window_start", "reason", "count"),
+    "booth_rolling": ("booth_id", "window_start", "vehicle_count", "total_toll"),
+    "vehicle_visits": (
+        "license_plate", "session_start", "session_end", "entry_count", "booths", "total_toll",
+    ),
+}  # fmt: skip
+"""The columns of each view that ``tests.scenarios`` writes expected speed rows with."""
+
+
+def speed_rows(settings: Settings, view: str) -> list[tuple[Any, ...]]:
+    """A view's speed store as sorted tuples of :data:`SPEED_COLUMNS`: times as
+    ``YYYY-MM-DDTHH:MM:SS`` (whole seconds), numbers as Decimal."""
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, str) and value.endswith(".000Z"):
+            return value.removesuffix(".000Z")
+        return value
+
+    columns = SPEED_COLUMNS[view]
+    return sorted(
+        tuple(plain(row[column]) for column in columns)
+        for row in speed_view(settings, view).values()
+    )
+
+
+def hand_rows(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Expected rows of ``tests.scenarios`` as :func:`speed_rows` gives them: a text of
+    digits with a decimal point is a number."""
+
+    def number(value: Any) -> Any:
+        if isinstance(value, str) and value.replace(".", "", 1).isdigit() and "." in value:
+            return Decimal(value)
+        return value
+
+    return sorted(tuple(number(value) for value in row) for row in rows)
+
+
 CLOSING_BOOTH, CLOSING_PLATE = "closing", "CLOSE-1"
 
 

@@ -14,15 +14,17 @@ from pyspark.sql import SparkSession
 from shared.settings import Settings
 from speed_layer import job
 from tests.integration.helpers import (
+    hand_rows,
     isolated_settings,
     lookback_scenario,
     read_all,
     send,
     speed_booth_stats,
+    speed_rows,
     speed_view,
     without_batch_id,
 )
-from tests.scenarios import Lookback, OneDay, entry, entry_value, exit_, registration
+from tests.scenarios import Lookback, Lookups, OneDay, entry, entry_value, exit_
 
 pytestmark = pytest.mark.integration
 
@@ -166,74 +168,13 @@ def test_expired_registrations_and_diagnostics(
     kafka: Settings, spark: SparkSession, tmp_path: Path
 ) -> None:
     settings = isolated_settings(kafka, tmp_path)
-    send(settings, settings.topics.registrations, [
-        OneDay.R1,
-        OneDay.R2,
-        # copies (same event_id) sent again, here and below: each event counts once
-        registration("r2", "R2", "P2", True, "2025-12-01T00:00:00.000Z", sent_at="2025-12-01T00:00:05.000Z"),
-        OneDay.R1B,
-    ])  # fmt: skip
-    send(settings, settings.topics.entries, [
-        OneDay.E1,
-        OneDay.E4,
-        OneDay.E2,
-        OneDay.E3,
-        entry("e3", "b1", "P3", "2026-01-05T10:05:00.000Z", "5.75", sent_at="2026-01-05T10:05:04.000Z"),
-        entry("e2", "b1", "P2", "2026-01-05T10:03:00.000Z", "4.00", sent_at="2026-01-05T10:05:05.000Z"),
-        # closes the morning; itself undecided at the end of the run
-        entry("e9", "b9", "P9", "2026-01-05T12:30:00.000Z", "1.00", sent_at="2026-01-05T12:30:00.100Z"),
-    ])  # fmt: skip
-    send(settings, settings.topics.exits, [
-        OneDay.X1,
-        exit_("x1", "b1", "P1", "2026-01-05T10:12:00.000Z", sent_at="2026-01-05T10:12:03.000Z"),
-        OneDay.X4,
-        OneDay.X2,
-        exit_("x9", "b9", "P9", "2026-01-05T12:31:00.000Z", sent_at="2026-01-05T12:31:00.100Z"),
-    ])  # fmt: skip
+    send(settings, settings.topics.registrations, Lookups.REGISTRATIONS)
+    send(settings, settings.topics.entries, Lookups.ENTRIES)
+    send(settings, settings.topics.exits, Lookups.EXITS)
     job.run(spark, settings, available_now=True)
 
-    expired = sorted(
-        (without_batch_id(row) for row in speed_view(settings, "expired_registrations").values()),
-        key=lambda row: str(row["entry_time"]),
-    )
-    assert expired == [
-        {
-            "booth_id": "b2",
-            "license_plate": "P1",
-            "entry_time": "2026-01-05T10:01:00.000Z",
-            "registration_id": "R1b",
-        },
-        {
-            "booth_id": "b1",
-            "license_plate": "P2",
-            "entry_time": "2026-01-05T10:03:00.000Z",
-            "registration_id": "R2",
-        },
-    ]
-    diagnostics = sorted(
-        (without_batch_id(row) for row in speed_view(settings, "diagnostics").values()),
-        key=lambda row: (str(row["window_start"]), str(row["reason"])),
-    )
-    assert diagnostics == [
-        {
-            "booth_id": "b1",
-            "window_start": "2026-01-05T10:00:00.000Z",
-            "reason": "missing_exit",
-            "count": 1,
-        },
-        {
-            "booth_id": "b1",
-            "window_start": "2026-01-05T10:05:00.000Z",
-            "reason": "missing_exit",
-            "count": 1,
-        },
-        {
-            "booth_id": "b1",
-            "window_start": "2026-01-05T10:05:00.000Z",
-            "reason": "missing_registration",
-            "count": 1,
-        },
-    ]
+    assert speed_rows(settings, "expired_registrations") == hand_rows(Lookups.EXPIRED)
+    assert speed_rows(settings, "diagnostics") == hand_rows(Lookups.DIAGNOSTICS)
 
 
 def test_a_registration_applies_for_the_lookback_only(
