@@ -36,7 +36,7 @@ from shared.platform.jvm import JarResolutionError, JdkToolMissingError, JvmProf
 from shared.platform.kafka_admin import KafkaNotReadyError, unreachable
 from shared.platform.locks import LockHeldError
 from shared.platform.logs import configure_logging
-from shared.platform.topic_admin import TopicOutcome, create_topics
+from shared.platform.topic_admin import TopicOutcome, create_topics, replication
 from shared.settings import (
     Settings,
     SettingsError,
@@ -86,6 +86,7 @@ def _clear_errors() -> Iterator[None]:
     except (
         kafka_broker.BrokerError,
         spark_cluster.SparkClusterError,
+        event_generator.NotAcknowledgedError,
         JarResolutionError,
         JdkToolMissingError,
         KafkaNotReadyError,
@@ -148,7 +149,7 @@ def kafka_start(
         verb = "already running" if was.running else "started"
         out.print(f"node {node.node.id} {verb}: pid {node.pid}, {node.node.address}")
         out.print(f"  data {node.paths.data}  log {node.paths.log_file}")
-    factor, min_isr = kafka_broker.replication(len(state.nodes))
+    factor, min_isr = replication(len(state.nodes))
     out.print(
         f"bootstrap {state.bootstrap}; topics get replication factor {factor}, "
         f"min.insync.replicas {min_isr}"

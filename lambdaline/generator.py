@@ -161,6 +161,9 @@ class GeneratorSummary:
     seconds: float = 0.0
     first_timestamp_ms: int | None = None
     last_timestamp_ms: int | None = None
+    unacknowledged: int = 0
+    """Records Kafka did not acknowledge (after the producer's retries)."""
+    first_error: str | None = None
 
     @property
     def records(self) -> int:
@@ -169,6 +172,8 @@ class GeneratorSummary:
     def add(self, other: GeneratorSummary) -> None:
         self.by_kind.update(other.by_kind)
         self.by_topic.update(other.by_topic)
+        self.unacknowledged += other.unacknowledged
+        self.first_error = self.first_error or other.first_error
         for attr, pick in (("first_timestamp_ms", min), ("last_timestamp_ms", max)):
             mine, theirs = getattr(self, attr), getattr(other, attr)
             values = [v for v in (mine, theirs) if v is not None]
@@ -415,6 +420,11 @@ def _send_shards(
     pacer = _Pacer(config, len(shards) / settings.kafka.partitions, wall_start)
     headers: dict[str, list[tuple[str, bytes]]] = {}
     unreported = 0
+
+    def not_acknowledged(error: BaseException) -> None:  # on the producer's I/O thread
+        summary.unacknowledged += 1
+        summary.first_error = summary.first_error or f"{type(error).__name__}: {error}"
+
     try:
         for record in shard_records(config, settings, shards):
             pacer.wait(record)
@@ -428,7 +438,7 @@ def _send_shards(
                 partition=record.partition,
                 timestamp_ms=record.timestamp_ms,
                 headers=kind_header,
-            )
+            ).add_errback(not_acknowledged)
             summary.count(record)
             unreported += 1
             if unreported >= 5000:
@@ -460,6 +470,8 @@ def _worker(
             "by_topic": dict(summary.by_topic),
             "first_timestamp_ms": summary.first_timestamp_ms,
             "last_timestamp_ms": summary.last_timestamp_ms,
+            "unacknowledged": summary.unacknowledged,
+            "first_error": summary.first_error,
         }
     )
 
@@ -516,7 +528,17 @@ def send_to_kafka(
     if on_progress is not None and counter.value != reported:
         on_progress(counter.value - reported)
     summary.seconds = time.monotonic() - began
+    if summary.unacknowledged:
+        raise NotAcknowledgedError(
+            f"Kafka did not acknowledge {summary.unacknowledged:,} of {summary.records:,} "
+            f"records (the first: {summary.first_error}); the others were written"
+        )
     return summary
+
+
+class NotAcknowledgedError(RuntimeError):
+    """Some records were not acknowledged by every in-sync replica; the message says how
+    many and why."""
 
 
 def _summary_from(raw: dict[str, Any]) -> GeneratorSummary:
@@ -525,6 +547,8 @@ def _summary_from(raw: dict[str, Any]) -> GeneratorSummary:
         by_topic=Counter(raw["by_topic"]),
         first_timestamp_ms=raw["first_timestamp_ms"],
         last_timestamp_ms=raw["last_timestamp_ms"],
+        unacknowledged=raw["unacknowledged"],
+        first_error=raw["first_error"],
     )
 
 

@@ -46,6 +46,7 @@ from kafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 from shared.platform.jvm import JdkToolMissingError, JvmProfile, jdk_tool, resolve_jars
 from shared.platform.kafka_admin import admin_client, port_open
 from shared.platform.kafka_security import jaas_config
+from shared.platform.topic_admin import replication
 from shared.settings import KafkaSettings, Settings
 
 _MAIN_CLASS = "kafka.Kafka"
@@ -97,17 +98,6 @@ def nodes(kafka: KafkaSettings) -> list[Node]:
     """The embedded cluster's nodes, ids from 1, on consecutive ports."""
     host, port = kafka.bootstrap_host, kafka.bootstrap_port
     return [Node(i + 1, host, port + i, kafka.controller_port + i) for i in range(kafka.brokers)]
-
-
-def replication(brokers: int) -> tuple[int, int]:
-    """(replication factor, min.insync.replicas) for a cluster of that many brokers.
-
-    Three copies, two of them needed for a write, from three brokers on: a broker
-    may then die without an acknowledged record being lost or writes stopping.
-    Fewer brokers cannot give both, so a write needs one copy.
-    """
-    factor = min(3, brokers)
-    return factor, 2 if factor >= 3 else 1
 
 
 @dataclass(frozen=True)

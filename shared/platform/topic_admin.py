@@ -48,6 +48,17 @@ def all_topics(settings: Settings) -> list[TopicSpec]:
     return specs
 
 
+def replication(brokers: int) -> tuple[int, int]:
+    """(replication factor, min.insync.replicas) of a topic on a cluster of that many brokers.
+
+    Three copies, two of them needed for a write (with ``acks=all``), from three
+    brokers on: a broker may then die without an acknowledged record being lost or
+    writes stopping. Fewer brokers cannot give both, so a write needs one copy.
+    """
+    factor = min(3, brokers)
+    return factor, 2 if factor >= 3 else 1
+
+
 @dataclass(frozen=True)
 class TopicOutcome:
     spec: TopicSpec
@@ -63,7 +74,7 @@ def create_topics(settings: Settings, extra: Sequence[TopicSpec] = ()) -> list[T
     try:
         specs = [*all_topics(settings), *extra]
         existing = partition_counts(admin, [spec.name for spec in specs])
-        replication = min(3, len(admin.describe_cluster()["brokers"]))
+        factor, min_isr = replication(len(admin.describe_cluster()["brokers"]))
         outcomes = []
         for spec in specs:
             created = False
@@ -71,8 +82,8 @@ def create_topics(settings: Settings, extra: Sequence[TopicSpec] = ()) -> list[T
                 new_topic = NewTopic(
                     name=spec.name,
                     num_partitions=spec.partitions,
-                    replication_factor=replication,
-                    topic_configs=spec.config,
+                    replication_factor=factor,
+                    topic_configs={"min.insync.replicas": str(min_isr), **spec.config},
                 )
                 try:
                     admin.create_topics([new_topic])

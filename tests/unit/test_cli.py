@@ -45,7 +45,7 @@ def test_a_long_line_stays_whole_when_not_a_terminal(
     result = runner.invoke(app, ["kafka", "status"])
     assert result.exit_code == 3  # not running, as LSB status commands say
     # a path broken over two lines cannot be copied, nor found in a log
-    assert f"log {state / 'logs' / 'kafka.log'}\n" in result.output
+    assert f"log {state / 'logs' / 'kafka-1.log'}\n" in result.output
 
 
 def test_a_bad_setting_stops_any_command_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:

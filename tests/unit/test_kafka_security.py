@@ -274,7 +274,7 @@ def test_the_embedded_brokers_listener_takes_the_client_settings(tmp_path: Path)
     )  # fmt: skip
     paths = kafka_broker.BrokerPaths.of(settings)
     lines = kafka_broker.server_properties(settings, paths).splitlines()
-    assert "listeners=SASL_PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093" in lines
+    assert "listeners=SASL_PLAINTEXT://127.0.0.1:9092,CONTROLLER://127.0.0.1:9192" in lines
     assert "inter.broker.listener.name=SASL_PLAINTEXT" in lines
     assert (
         "listener.security.protocol.map=SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT" in lines
