@@ -428,7 +428,7 @@ def _run(
         worker.start()
         for line in banner(settings, api, api_key, clock):
             console.print(line, highlight=False, soft_wrap=True)
-        parts = Parts(supervisor, settings, broker.pids, spark_pids)
+        parts = Parts(supervisor, settings, broker.nodes, spark_pids)
         code = _watch(clock, state, scheduler, parts, observer, console, stopping)
     finally:
         stopping.set()
@@ -455,12 +455,12 @@ class Parts:
         self,
         supervisor: Supervisor,
         settings: Settings,
-        broker_pids: list[int],
+        brokers: list[kafka_broker.NodeStatus],
         spark_pids: list[int] | None = None,
     ):
         self.supervisor = supervisor
         self.settings = settings
-        self.broker_pids = broker_pids  # empty: a cluster the demo does not run
+        self.brokers = [node for node in brokers if node.pid is not None]  # none: not ours
         self.spark_pids = spark_pids or []
 
     def died(self) -> str | None:
@@ -471,9 +471,14 @@ class Parts:
         them only as a Kafka or a master it cannot reach. One broker of three may
         die without stopping anything, but the demo runs all or nothing.
         """
-        for pid in self.broker_pids:
-            if not kafka_broker.is_running(self.settings, pid):
-                return f"a Kafka broker (pid {pid}) exited; see `lambdaline kafka status`"
+        for node in self.brokers:
+            assert node.pid is not None
+            if not kafka_broker.is_running(self.settings, node.pid):
+                log = node.paths.log_file
+                return (
+                    f"the Kafka broker (node {node.node.id}, pid {node.pid}) exited; last lines "
+                    f"of {log}:\n{log_tail(log)}"
+                )
         if self.spark_pids:
             cluster = spark_cluster.status(self.settings)
             for daemon in cluster.daemons:

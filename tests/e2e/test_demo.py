@@ -144,13 +144,13 @@ def test_a_broker_that_dies_ends_the_demo_at_once_naming_it(
         assert time.monotonic() < deadline, output.read_text()
         time.sleep(1)
     started = set(process_tree(process.pid)) - {process.pid}
-    broker = int((tmp_path / "state" / "kafka" / "broker.pid").read_text())
+    broker = int((tmp_path / "state" / "kafka" / "node-1" / "broker.pid").read_text())
     os.kill(broker, signal.SIGKILL)  # as the kernel's OOM killer would
 
     # before: the demo went on until the speed job gave up on Kafka, minutes later
     assert process.wait(timeout=120) == 1, output.read_text()
     text = output.read_text()
-    assert f"error: the Kafka broker (pid {broker}) exited; last lines of " in text, text
+    assert f"error: the Kafka broker (node 1, pid {broker}) exited; last lines of " in text, text
     assert "stopped kafka" not in text  # it was not running to stop
     assert [pid for pid in started if alive(pid)] == []
     for name, port in ports.items():

@@ -65,7 +65,7 @@ def test_start_is_idempotent_stop_waits_and_data_survives(tmp_path: Path) -> Non
         producer = KafkaProducer(bootstrap_servers=settings.kafka.bootstrap)
         producer.send("toll.exits", value=b"kept", key=b"P", partition=0).get(timeout=30)
         producer.close()
-        assert kafka_broker.stop(settings) == first.pid
+        assert kafka_broker.stop(settings) == [first.pid]
         assert not Path(f"/proc/{first.pid}").exists()
         assert not kafka_broker.status(settings).running
 
@@ -80,7 +80,7 @@ def test_start_is_idempotent_stop_waits_and_data_survives(tmp_path: Path) -> Non
         consumer.close()
     finally:
         kafka_broker.stop(settings)
-    assert kafka_broker.stop(settings) is None  # stopping twice is harmless
+    assert kafka_broker.stop(settings) == []  # stopping twice is harmless
 
 
 def test_start_refuses_a_port_in_use(kafka: Settings, tmp_path: Path) -> None:

@@ -80,7 +80,7 @@ def test_a_tls_broker_is_refused_until_clients_trust_its_certificate(tmp_path: P
         "the embedded broker presents a certificate of its own, which clients trust only "
         f"through kafka_ssl_cafile: set LAMBDALINE_KAFKA_SSL_CAFILE={pem.resolve()}"
     )
-    assert not (tmp_path / "kafka" / "broker.pid").exists()  # nothing was started
+    assert not (tmp_path / "kafka" / "node-1" / "broker.pid").exists()  # nothing was started
     ssl.create_default_context(cafile=pem)  # a certificate Python's TLS loads
     elsewhere = tmp_path / "other.pem"
     elsewhere.write_text(_other_certificate(tmp_path))
