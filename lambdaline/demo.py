@@ -54,6 +54,7 @@ from lambdaline import kafka_broker, spark_cluster
 from lambdaline.generator import GeneratorConfig, plate_pool
 from lambdaline.processes import CLI, STOP_GRACE_S, Supervisor, log_tail
 from shared.domain.events import format_instant, parse_instant
+from shared.platform.environment import temporary_environment
 from shared.platform.kafka_admin import kafka_consumer, port_open
 from shared.platform.locks import exclusive_lock
 from shared.platform.logs import configure_logging
@@ -335,7 +336,7 @@ def run(
             "stop it (Ctrl-C where it runs), or give this one another LAMBDALINE_STATE_DIR",
         ),
         _signals(on_signal),
-        _environment(on_clusters(settings) if cluster else {}),
+        temporary_environment(on_clusters(settings) if cluster else {}),
     ):
         if cluster:
             settings = settings.updated(
@@ -343,22 +344,6 @@ def run(
                 spark_master=spark_cluster.master_url(settings),
             )
         return _run(settings, host, port, fresh, console, stopping, force, cluster)
-
-
-@contextlib.contextmanager
-def _environment(values: dict[str, str]) -> Iterator[None]:
-    """These environment variables for the demo's children (the supervisor's and the
-    batch scheduler's), then as they were."""
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def _run(

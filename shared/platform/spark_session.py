@@ -31,12 +31,12 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from shared.platform.environment import temporary_environment
 from shared.platform.jvm import spark_kafka_jars
 from shared.platform.streaming import QUERY_STOP_TIMEOUT_S
 from shared.settings import Settings
@@ -110,25 +110,11 @@ def spark_session(
     }
     for key, value in sql_settings.items():
         builder = builder.config(key, value)
-    with _environment(launch_environment):  # the driver's JVM, if it starts now, inherits it
+    with temporary_environment(
+        launch_environment
+    ):  # the driver's JVM, if it starts now, inherits it
         session = builder.getOrCreate()
     for key, value in sql_settings.items():  # the session may have existed already
         if key.startswith("spark.sql."):
             session.conf.set(key, value)
     return session
-
-
-@contextmanager
-def _environment(values: Mapping[str, str]) -> Iterator[None]:
-    """These environment variables for the duration, then as they were (so the
-    processes this one starts later do not inherit them)."""
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
