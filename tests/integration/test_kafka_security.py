@@ -1,15 +1,15 @@
 """Both layers' Kafka clients on a cluster that asks for TLS, a SASL password and
 a client certificate.
 
-The broker is the embedded one, listening with SASL_SSL (PLAIN) and a
+The brokers are the embedded ones, listening with SASL_SSL (PLAIN) and a
 certificate of its own, asking for client certificates (on SASL_SSL only the
 listener-prefixed ``ssl.client.auth`` does that); it trusts the client
 certificate of the settings. Its password holds a quote, a backslash and a
 letter outside ASCII: each would be read back changed by one layer of quoting
 (the JAAS line, Java's properties file, its ISO-8859-1 reading). The client's
-key is encrypted by PBES2, which Java 17 cannot decrypt itself. One broker
-carries all three, so that the suite starts one secured broker and runs the
-speed job on it once.
+key is encrypted by PBES2, which Java 17 cannot decrypt itself. One cluster of
+three brokers carries all three, so that the suite starts one secured cluster
+(whose brokers replicate over that same listener) and runs the speed job on it once.
 """
 
 from __future__ import annotations
@@ -55,12 +55,13 @@ def secured_settings(state_dir: Path, **overrides: object) -> Settings:
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
-    """A running SASL_SSL broker that asks for client certificates, with lambdaline's
-    topics; its clients trust its certificate and present theirs."""
+    """A running SASL_SSL cluster of three brokers that asks for client certificates,
+    with lambdaline's topics; its clients trust its certificate and present theirs,
+    and so do the brokers among themselves (replication runs on the same listener)."""
     folder = tmp_path_factory.mktemp("kafka-secured")
     client = client_certificate(folder / "client", password=KEY_PASSWORD)
     with kafka_broker.ephemeral_broker(
-        folder / "state", kafka_heap="512m",
+        folder / "state", brokers=3, kafka_heap="512m",
         kafka_security_protocol="SASL_SSL", kafka_sasl_username="lambdaline-tests",
         kafka_sasl_password=PASSWORD, kafka_ssl_certfile=client.certfile,
         kafka_ssl_keyfile=client.keyfile, kafka_ssl_key_password=KEY_PASSWORD,
