@@ -12,9 +12,10 @@ dead letter carrying its source coordinates, its raw bytes and a reason:
     a field of the event type is absent or JSON ``null``;
 ``invalid_value``
     a field has the wrong JSON type, an identifier (event id, booth, plate,
-    registration id) is blank, a text is longer than :data:`MAX_TEXT_CHARS`, a
-    time is not ISO-8601 with a zone, a toll has more than two decimal places,
-    or the topic carries no known event type;
+    registration id) is blank, a text is longer than :data:`MAX_TEXT_CHARS` or
+    holds a control character (a NUL byte, a line break), a number is beyond a
+    double's range, a time is not ISO-8601 with a zone, a toll has more than two
+    decimal places, or the topic carries no known event type;
 ``future_event_time``
     the event time is more than ``max_future_skew`` after the Kafka record
     timestamp (the time the event was sent).
@@ -41,6 +42,7 @@ apply the same per-kind rules (:data:`_JSON_TYPES`, :func:`_value_rule`).
 from __future__ import annotations
 
 import operator
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -124,6 +126,8 @@ _JSON_TYPES: dict[FieldKind, str] = {
 }
 """The JSON types (as ``schema_of_variant`` names them) a field of each kind may have."""
 _INT32_MAX = 2**31 - 1
+_DOUBLE_MAX = sys.float_info.max
+_CONTROL_CHARACTER = r"[\x00-\x1f\x7f]"
 _OTHER_FIELD = r"[A-Za-z0-9_]+: [A-Z_]+(\(\d+,\d+\))?"
 """A field the event type does not read, in a schema string: a plain name and a scalar
 type. Anything else (a nested value, a quoted name) fails the pattern, and the record
@@ -194,9 +198,9 @@ def _value_rule(field: EventField, text: Column) -> Column | None:
     None for the kinds whose JSON type is the whole rule."""
     match field.kind:
         case FieldKind.IDENTIFIER:
-            return (F.trim(text) != "") & (F.char_length(text) <= MAX_TEXT_CHARS)
+            return (F.trim(text) != "") & _plain_text(text)
         case FieldKind.TEXT:
-            return F.char_length(text) <= MAX_TEXT_CHARS
+            return _plain_text(text)
         case FieldKind.TIMESTAMP:
             return text.rlike(_ISO_INSTANT) & text.try_cast(T.TimestampType()).isNotNull()
         case FieldKind.INTEGER:
@@ -205,8 +209,18 @@ def _value_rule(field: EventField, text: Column) -> Column | None:
         case FieldKind.MONEY:
             amount = F.try_variant_get(_json_of(field.name), "$", "decimal(12,2)")
             return amount.isNotNull()
-        case FieldKind.NUMBER | FieldKind.BOOLEAN:
+        case FieldKind.NUMBER:
+            # JSON has no infinity, but a number beyond a double's range (1e400) reads as one
+            number = F.try_variant_get(_json_of(field.name), "$", "double")
+            return F.abs(number) <= _DOUBLE_MAX
+        case FieldKind.BOOLEAN:
             return None
+
+
+def _plain_text(text: Column) -> Column:
+    """At most :data:`MAX_TEXT_CHARS` characters, none a control character (a NUL byte,
+    a line break): no reader of an id, a plate or a make expects one."""
+    return (F.char_length(text) <= MAX_TEXT_CHARS) & ~text.rlike(_CONTROL_CHARACTER)
 
 
 def _is_invalid(field: EventField) -> Column:

@@ -232,6 +232,20 @@ def test_nothing_is_lost_and_dead_letters_keep_their_coordinates(spark: SparkSes
     )
 
 
+@pytest.mark.parametrize("field", ["license_plate", "booth_id", "make", "tag"])
+def test_a_control_character_in_a_text_is_invalid(spark: SparkSession, field: str) -> None:
+    tab_free = entry_json(**{field: "A B-ü"})
+    values = [entry_json(**{field: f"A{char}B"}) for char in ("\u0000", "\n", "\u001f", "\u007f")]
+    assert reasons_of(spark, tab_free, *values) == [("invalid_value", f"invalid: {field}")] * 4
+
+
+def test_a_number_beyond_a_doubles_range_is_invalid(spark: SparkSession) -> None:
+    """JSON has no infinity; Spark reads 1e400 as one, which no view should sum."""
+    largest = entry_json(weight_kg=1.0).replace(b'"weight_kg": 1.0', b'"weight_kg": 1.7e308')
+    beyond = entry_json(weight_kg=1.0).replace(b'"weight_kg": 1.0', b'"weight_kg": -1e400')
+    assert reasons_of(spark, largest, beyond) == [("invalid_value", "invalid: weight_kg")]
+
+
 @pytest.mark.parametrize("field", ["license_plate", "booth_id", "event_id", "make", "tag"])
 def test_text_longer_than_64_characters_is_invalid(spark: SparkSession, field: str) -> None:
     at_limit, beyond = entry_json(**{field: "Ä" * 64}), entry_json(**{field: "Ä" * 65})
