@@ -2,6 +2,7 @@
 #   make demo   set up, then run the demo
 #   make test   set up, then lint and run the whole test suite
 #   make test-fast  the import contracts and the unit tests (a few minutes)
+#   make test-faults  the fault-injection suite (tests/faults; also part of make test)
 # `make setup` is shared by both and idempotent: a virtual environment in .venv,
 # the package with its dev extras at the versions in constraints.txt (the ones
 # the suite last passed on), and the JVM jars resolved by Maven.
@@ -17,7 +18,7 @@ CONSTRAINTS ?= constraints.txt
 # the JDK that Spark, the broker and keytool run on: JAVA_HOME's, as their own scripts do
 JAVA   := $(if $(JAVA_HOME),$(JAVA_HOME)/bin/java,java)
 
-.PHONY: setup prerequisites jars demo test test-fast test-unit lint lock bench bench-soak bench-generator bench-batch clean
+.PHONY: setup prerequisites jars demo test test-fast test-unit test-faults lint lock bench bench-soak bench-generator bench-batch clean
 
 setup: prerequisites $(STAMP) jars
 
@@ -71,6 +72,11 @@ test-fast: $(STAMP)
 	$(BIN)/pytest -m "not integration and not e2e"
 
 test-unit: test-fast
+
+# the fault-injection suite on the real engines under load (tests/faults); FAULTS_FULL=1
+# injects each fault its full number of times
+test-faults: setup
+	$(BIN)/pytest -m faults --durations=15
 
 # lambdaline bench over 1,000,000 events, then its table into README.md and its
 # report and charts into docs/bench/ (each replacing the last)
