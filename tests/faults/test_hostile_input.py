@@ -10,8 +10,6 @@ inside a text), a control character in a plate, empty and absent keys.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -21,7 +19,13 @@ from lambdaline.processes import log_tail, stop_process
 from shared.platform.kafka_admin import kafka_producer, offset_bounds
 from shared.settings import Settings
 from tests.faults.conftest import times
-from tests.integration.helpers import environment_of, isolated_settings, read_all
+from tests.integration.helpers import (
+    environment_of,
+    isolated_settings,
+    read_all,
+    spawn_cli,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.faults]
 
@@ -59,11 +63,9 @@ def test_hostile_records_become_dead_letters_and_no_query_stops(
     logs = tmp_path / "logs"
     logs.mkdir()
     count = times(reduced=3, full=30)
-    speed = _spawn(
-        [sys.executable, "-m", "lambdaline.cli", "speed", "run"], env, logs / "speed.log"
-    )
-    generator = _spawn(
-        [sys.executable, "-m", "lambdaline.cli", "generate", "--events", "2000", "--rate", "200",
+    speed = spawn_cli(["speed", "run"], env, logs / "speed.log")
+    generator = spawn_cli(
+        ["generate", "--events", "2000", "--rate", "200",
          "--workers", "1", "--malformed", "0"],
         env, logs / "generator.log",
     )  # fmt: skip
@@ -71,7 +73,7 @@ def test_hostile_records_become_dead_letters_and_no_query_stops(
         sent = _send_hostile(settings, inputs, count)
         assert generator.wait(timeout=300) == 0, log_tail(logs / "generator.log", 30)
         ends = {(t, p): b.end for (t, p), b in offset_bounds(settings.kafka, inputs).items()}
-        _wait(lambda: _read_to(settings) == ends, 240, "the speed job to read everything")
+        wait_until(lambda: _read_to(settings) == ends, 240, "the speed job to read everything")
         assert speed.poll() is None, log_tail(logs / "speed.log", 40)  # no query stopped
     finally:
         stop_process(generator)
@@ -131,19 +133,3 @@ def _read_to(settings: Settings) -> dict[tuple[str, int], int]:
                     key = (topic, int(partition))
                     read[key] = max(read.get(key, 0), int(offset))
     return read
-
-
-def _spawn(command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    with log.open("ab") as sink:
-        return subprocess.Popen(
-            command, env=env, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )  # fmt: skip
-
-
-def _wait(done: object, seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while not done():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            pytest.fail(f"waited {seconds:g} s for {what}")
-        time.sleep(1)

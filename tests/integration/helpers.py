@@ -6,7 +6,9 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -68,6 +70,25 @@ def run_cli(
         env={**environment_of(settings), "COLUMNS": "300"},
         capture_output=True, text=True, timeout=timeout_s,
     )  # fmt: skip
+
+
+def spawn_cli(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """``lambdaline ARGS`` started in a session of its own (stop it with
+    ``lambdaline.processes.stop_process``), its output appended to ``log``."""
+    with log.open("ab") as sink:
+        return subprocess.Popen(
+            [sys.executable, "-m", "lambdaline.cli", *args], env=env, stdin=subprocess.DEVNULL,
+            stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+
+
+def wait_until(done: Callable[[], bool], seconds: float, what: str) -> None:
+    """Poll ``done`` every second; fail the test naming ``what`` after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not done():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {seconds:g} s for {what}")
+        time.sleep(1)
 
 
 def ms(instant: str) -> int:

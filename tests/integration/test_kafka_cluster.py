@@ -15,8 +15,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
-import time
 from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -33,7 +31,13 @@ from lambdaline.processes import log_tail, stop_process
 from shared.platform.kafka_admin import admin_client, offset_bounds
 from shared.platform.topic_admin import create_topics
 from shared.settings import Settings
-from tests.integration.helpers import environment_of, isolated_settings, read_all
+from tests.integration.helpers import (
+    environment_of,
+    isolated_settings,
+    read_all,
+    spawn_cli,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -94,19 +98,17 @@ def test_a_broker_killed_under_load_loses_no_acknowledged_record_and_rejoins(
     env = environment_of(settings)  # its bootstrap lists all three nodes
     logs = tmp_path / "logs"
     logs.mkdir()
-    speed = _spawn(
-        [sys.executable, "-m", "lambdaline.cli", "speed", "run"], env, logs / "speed.log"
-    )
+    speed = spawn_cli(["speed", "run"], env, logs / "speed.log")
     generator: subprocess.Popen[bytes] | None = None
     try:
-        generator = _spawn(
-            [sys.executable, "-m", "lambdaline.cli", "generate", "--events", str(ENTRIES),
+        generator = spawn_cli(
+            ["generate", "--events", str(ENTRIES),
              "--rate", str(RATE), "--seed", str(SEED), "--start", START.isoformat(),
              "--workers", "1"],
             env, logs / "generator.log",
         )  # fmt: skip
         inputs = [settings.topics.entries, settings.topics.exits, settings.topics.registrations]
-        _wait(lambda: _records(settings, inputs) >= 1500, 120, "the generator's first records")
+        wait_until(lambda: _records(settings, inputs) >= 1500, 120, "the generator's first records")
 
         # the leader of the entries' partition 0: the producer and Spark's consumer must
         # both find its successor
@@ -121,7 +123,9 @@ def test_a_broker_killed_under_load_loses_no_acknowledged_record_and_rejoins(
         restarted = kafka_broker.start(cluster)
         assert restarted.registered == {1, 2, 3}
         assert restarted.nodes[victim - 1].pid not in (None, killed)
-        _wait(lambda: not kafka_broker.status(cluster).under_replicated, 120, "in-sync replicas")
+        wait_until(
+            lambda: not kafka_broker.status(cluster).under_replicated, 120, "in-sync replicas"
+        )
         code, output = status_output(cluster, monkeypatch)
         assert code == 0 and "under-replicated partitions: none" in output, output
 
@@ -137,28 +141,12 @@ def test_a_broker_killed_under_load_loses_no_acknowledged_record_and_rejoins(
 
         # the speed job went on by itself and read every entry
         entries = sum(n for (topic, _, _), n in sent.items() if topic == settings.topics.entries)
-        _wait(lambda: _speed_rows_read(settings) == entries, 180, "the speed job's progress")
+        wait_until(lambda: _speed_rows_read(settings) == entries, 180, "the speed job's progress")
         assert speed.poll() is None, log_tail(logs / "speed.log", 30)
     finally:
         for process in (generator, speed):
             if process is not None:
                 stop_process(process)
-
-
-def _spawn(command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    with log.open("ab") as sink:
-        return subprocess.Popen(
-            command, env=env, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )  # fmt: skip
-
-
-def _wait(done: object, seconds: float, what: str) -> None:
-    deadline = time.monotonic() + seconds
-    while not done():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            pytest.fail(f"waited {seconds:g} s for {what}")
-        time.sleep(1)
 
 
 def _records(settings: Settings, topics: list[str]) -> int:
