@@ -31,6 +31,7 @@ from shared.platform.batch_store import (
     BatchVersion,
     read_current,
 )
+from shared.platform.failpoints import failpoint
 from shared.platform.logs import log_event
 from shared.platform.spark_session import spark_session
 from shared.settings import Settings
@@ -214,6 +215,7 @@ def run_batch(
                     progress.update(task, description=f"recompute {len(dates)} dates: {table.name}")
                     fresh[table.name] = as_store_rows(views[table.name], table.name)
                 release(spark)
+            failpoint("recompute_before_publish")
 
         # publish: a new DuckDB version, then the CURRENT pointer
         with _step(report, "publish", progress, "publish version", cpu_clock):

@@ -9,6 +9,8 @@ kills the group. The points:
   (:mod:`batch_layer.master`).
 - ``ingest_before_commit``: it has written both, and Spark has not yet
   committed it.
+- ``recompute_before_publish``: the new views are recomputed and collected to the
+  driver, and nothing of the version is written (:mod:`batch_layer.run`).
 - ``publish_tables``: the new version's tables are being written
   (:mod:`batch_layer.publish`).
 - ``publish_before_pointer``: the version file is in place, ``CURRENT`` not
@@ -27,7 +29,13 @@ from shared.settings import FAILPOINT_ENV
 logger = logging.getLogger("lambdaline.failpoints")
 
 FAILPOINTS = frozenset(
-    {"ingest_before_log", "ingest_before_commit", "publish_tables", "publish_before_pointer"}
+    {
+        "ingest_before_log",
+        "ingest_before_commit",
+        "recompute_before_publish",
+        "publish_tables",
+        "publish_before_pointer",
+    }
 )
 
 

@@ -18,11 +18,12 @@ import pytest
 from lambdaline.processes import log_tail, stop_process
 from shared.platform.kafka_admin import kafka_producer, offset_bounds
 from shared.settings import Settings
-from tests.faults.conftest import times
+from tests.faults.conftest import Results, times
 from tests.integration.helpers import (
     environment_of,
     isolated_settings,
     read_all,
+    read_to,
     spawn_cli,
     wait_until,
 )
@@ -55,9 +56,9 @@ HOSTILE: dict[str, tuple[bytes | None, bytes]] = {
 
 
 def test_hostile_records_become_dead_letters_and_no_query_stops(
-    cluster: Settings, tmp_path: Path
+    kafka_cluster: Settings, tmp_path: Path, results: Results
 ) -> None:
-    settings = isolated_settings(cluster, tmp_path / "state")
+    settings = isolated_settings(kafka_cluster, tmp_path / "state")
     inputs = settings.topics.inputs()
     env = environment_of(settings)
     logs = tmp_path / "logs"
@@ -73,7 +74,7 @@ def test_hostile_records_become_dead_letters_and_no_query_stops(
         sent = _send_hostile(settings, inputs, count)
         assert generator.wait(timeout=300) == 0, log_tail(logs / "generator.log", 30)
         ends = {(t, p): b.end for (t, p), b in offset_bounds(settings.kafka, inputs).items()}
-        wait_until(lambda: _read_to(settings) == ends, 240, "the speed job to read everything")
+        wait_until(lambda: read_to(settings) == ends, 240, "the speed job to read everything")
         assert speed.poll() is None, log_tail(logs / "speed.log", 40)  # no query stopped
     finally:
         stop_process(generator)
@@ -94,6 +95,12 @@ def test_hostile_records_become_dead_letters_and_no_query_stops(
     # each once, so every other record read was valid (valid + dead letters = read)
     assert set(by_coordinates) == set(sent)
     assert len(letters) == len(sent)
+    results.add(
+        f"hostile input ({len(HOSTILE)} kinds) among the generator's records",
+        len(sent),
+        "each a dead letter with its reason and a bounded value; no query stopped; "
+        "every other record read was valid",
+    )
 
 
 def _send_hostile(
@@ -118,18 +125,3 @@ def _send_hostile(
         metadata = future.get(timeout=30)
         sent[(metadata.topic, metadata.partition, metadata.offset)] = kind
     return sent
-
-
-def _read_to(settings: Settings) -> dict[tuple[str, int], int]:
-    """Where the lookups query (which reads every input topic) has read to, per partition."""
-    progress = [json.loads(r.value) for r in read_all(settings, settings.topics.speed_progress)]
-    read: dict[tuple[str, int], int] = {}
-    for report in progress:
-        if report["query"] != "speed.lookups":
-            continue
-        for source in report["source_end_offsets"]:
-            for topic, partitions in source.items():
-                for partition, offset in partitions.items():
-                    key = (topic, int(partition))
-                    read[key] = max(read.get(key, 0), int(offset))
-    return read

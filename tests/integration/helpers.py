@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -15,7 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+from pyspark.sql import SparkSession
 
+from batch_layer.master import dead_letters_location, events_location
+from shared.domain.events import EVENT_TYPES
 from shared.domain.merge import best_candidates
 from shared.domain.topics import Topics
 from shared.domain.view_specs import VIEW_BY_NAME
@@ -61,6 +65,14 @@ def environment_of(settings: Settings) -> dict[str, str]:
     }
 
 
+LOOPBACK = {"SPARK_LOCAL_IP": "127.0.0.1"}
+"""Every JVM of a test on a Spark standalone cluster (daemons, executors, drivers) on
+loopback, whatever this host's name resolves to."""
+NO_PYTHON = {"PYSPARK_PYTHON": "/nonexistent/python3"}
+"""The executors' Python (the driver's is spark.pyspark.driver.python): none. Every view
+is Spark SQL, so no task starts a Python worker."""
+
+
 def run_cli(
     settings: Settings, *args: str, timeout_s: float = 120
 ) -> subprocess.CompletedProcess[str]:
@@ -89,6 +101,25 @@ def wait_until(done: Callable[[], bool], seconds: float, what: str) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"waited {seconds:g} s for {what}")
         time.sleep(1)
+
+
+def progress_reports(settings: Settings, query: str | None = None) -> list[dict[str, Any]]:
+    """The speed job's progress reports (``speed.progress``), of one query or all."""
+    reports = [json.loads(r.value) for r in read_all(settings, settings.topics.speed_progress)]
+    return [report for report in reports if query is None or report["query"] == query]
+
+
+def read_to(settings: Settings, query: str = "speed.lookups") -> dict[tuple[str, int], int]:
+    """Where a speed query has read each partition to, by its progress reports (the
+    lookups query reads every input topic)."""
+    read: dict[tuple[str, int], int] = {}
+    for report in progress_reports(settings, query):
+        for source in report["source_end_offsets"]:
+            for topic, partitions in source.items():
+                for partition, offset in partitions.items():
+                    key = (topic, int(partition))
+                    read[key] = max(read.get(key, 0), int(offset))
+    return read
 
 
 def ms(instant: str) -> int:
@@ -239,6 +270,18 @@ def send_three_days(settings: Settings) -> None:
     send(settings, settings.topics.registrations, ThreeDays.REGISTRATIONS)
     send(settings, settings.topics.entries, ThreeDays.ENTRIES + ThreeDays.MALFORMED)
     send(settings, settings.topics.exits, ThreeDays.EXITS)
+
+
+def master_coordinates(spark: SparkSession, settings: Settings) -> Counter[tuple[str, int, int]]:
+    """The source record (topic, partition, offset) of every valid event and dead letter
+    in the master dataset, counted."""
+    locations = [events_location(settings, event_type) for event_type in EVENT_TYPES]
+    locations.append(dead_letters_location(settings))
+    rows = []
+    for location in locations:
+        frame = spark.read.parquet(location)
+        rows += frame.select("source_topic", "source_partition", "source_offset").collect()
+    return Counter((row[0], int(row[1]), int(row[2])) for row in rows)
 
 
 def batch_rows(settings: Settings, table: str, version: int | None = None) -> list[dict[str, Any]]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -25,9 +24,10 @@ from typing import Any
 import pytest
 
 from lambdaline import spark_cluster
-from lambdaline.kafka_broker import free_ports
 from shared.settings import Settings
 from tests.integration.helpers import (
+    LOOPBACK,
+    NO_PYTHON,
     batch_rows,
     environment_of,
     hand_rows,
@@ -43,36 +43,10 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 PROJECT = Path(__file__).resolve().parents[2]
 SUBMIT_BATCH = PROJECT / "deploy" / "spark" / "submit-batch.sh"
-LOOPBACK = {"SPARK_LOCAL_IP": "127.0.0.1"}
-"""Every JVM of the test (daemons, executors, drivers) on loopback, whatever this host's
-name resolves to."""
-NO_PYTHON = {"PYSPARK_PYTHON": "/nonexistent/python3"}
-"""The executors' Python (the driver's is spark.pyspark.driver.python): none."""
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
-    """A master and two workers of two cores each, started and stopped by their pids."""
-    ui = free_ports(3)  # the master's web UI, then each worker's
-    settings = Settings(
-        state_dir=tmp_path_factory.mktemp("spark-cluster"),
-        spark_cluster_port=free_ports(1, avoid=frozenset(range(ui, ui + 3))),
-        spark_cluster_ui_port=ui,
-        spark_workers=2,
-        spark_worker_cores=2,
-    )
-    state = spark_cluster.start(settings)
-    try:
-        assert state.alive_workers == 2 and len(state.pids) == 3
-        yield settings
-    finally:
-        pids = spark_cluster.stop(settings)
-        assert sorted(pids) == sorted(state.pids)
-        assert not any(Path(f"/proc/{pid}").exists() for pid in pids)
 
 
 def test_submit_batch_on_a_standalone_cluster_gives_the_hand_computed_rows(
-    kafka: Settings, cluster: Settings, tmp_path: Path
+    kafka: Settings, spark_standalone: Settings, tmp_path: Path
 ) -> None:
     settings = isolated_settings(kafka, tmp_path / "state")
     send_three_days(settings)
@@ -81,7 +55,7 @@ def test_submit_batch_on_a_standalone_cluster_gives_the_hand_computed_rows(
         **LOOPBACK,
         **NO_PYTHON,
         "PYTHON": sys.executable,  # the driver's Python (client mode: it runs here)
-        "SPARK_MASTER_URL": spark_cluster.master_url(cluster),
+        "SPARK_MASTER_URL": spark_cluster.master_url(spark_standalone),
         "SPARK_DRIVER_MEMORY": "1g",
     }
     result = subprocess.run(
@@ -111,7 +85,7 @@ def test_submit_batch_on_a_standalone_cluster_gives_the_hand_computed_rows(
         "invalid_json", "missing_field", "invalid_value",
     ]  # fmt: skip
     # the master ran it: an application of the cluster's, on half its cores
-    assert finished_application(cluster, "lambdaline-batch")["cores"] == 2
+    assert finished_application(spark_standalone, "lambdaline-batch")["cores"] == 2
 
 
 def three_days_rolling() -> list[tuple[Any, ...]]:
@@ -125,7 +99,7 @@ def three_days_rolling() -> list[tuple[Any, ...]]:
 
 
 def test_the_speed_job_on_a_standalone_cluster_gives_the_hand_computed_rows(
-    kafka: Settings, cluster: Settings, tmp_path: Path
+    kafka: Settings, spark_standalone: Settings, tmp_path: Path
 ) -> None:
     settings = isolated_settings(kafka, tmp_path / "state").updated(
         rolling_window=Lookups.ROLLING_WINDOW,
@@ -139,7 +113,7 @@ def test_the_speed_job_on_a_standalone_cluster_gives_the_hand_computed_rows(
         **environment_of(settings),
         **LOOPBACK,
         **NO_PYTHON,
-        "LAMBDALINE_SPARK_MASTER": spark_cluster.master_url(cluster),
+        "LAMBDALINE_SPARK_MASTER": spark_cluster.master_url(spark_standalone),
         "LAMBDALINE_ROLLING_WINDOW": "15m",
         "LAMBDALINE_ROLLING_SLIDE": "5m",
         "LAMBDALINE_SESSION_GAP": "30m",
@@ -160,13 +134,15 @@ def test_the_speed_job_on_a_standalone_cluster_gives_the_hand_computed_rows(
     assert sorted(letter["reason"] for letter in letters) == [
         "future_event_time", "invalid_json", "invalid_value", "missing_field",
     ]  # fmt: skip
-    assert finished_application(cluster, "lambdaline-speed")["cores"] == 2
+    assert finished_application(spark_standalone, "lambdaline-speed")["cores"] == 2
 
 
 def finished_application(cluster: Settings, name: str) -> dict[str, Any]:
-    """The master's record of the application: it ran on the cluster and finished."""
+    """The master's record of the newest application of that name (the cluster is the
+    run's): it ran on the cluster and finished."""
     state = spark_cluster.master_state(cluster)
     assert state is not None
-    [application] = [app for app in state["completedapps"] if app["name"] == name]
+    named = [app for app in state["completedapps"] if app["name"] == name]
+    application = max(named, key=lambda app: app["starttime"])
     assert application["state"] == "FINISHED"
     return dict(application)
