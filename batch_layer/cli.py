@@ -183,6 +183,7 @@ def _version_document(listed: ListedVersion) -> dict[str, Any]:
         "dates": len(manifest.dates),
         "row_counts": manifest.row_counts,
         "view_settings": manifest.view_settings,
+        "lost_input": [lost.to_document() for lost in manifest.lost_input],
         "current": listed.current,
     }
 
@@ -306,6 +307,13 @@ def _what_reset_does(reset: ingest_reset.IngestResetPlan) -> str:
         "starting as above (read to: what the master dataset's ingest log says its newest "
         "batch had read). The master dataset keeps everything it stored."
     )
+    if reset.lost:
+        records = sum(lost.records for lost in reset.lost)
+        said += (
+            f" Kafka deleted {records:,} records before they were read: it records them as "
+            "lost in the master dataset's ingest log, and every version published from now "
+            "on lists them (`lost_input`; `/v1/status`: `batch_lost_input`)."
+        )
     if reset.unfinished:
         batches = ", ".join(map(str, reset.unfinished))
         said += (

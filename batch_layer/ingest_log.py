@@ -8,6 +8,12 @@ offsets the ingest had read to once the batch was stored (Spark's offset log of
 that micro-batch: every partition, not only those with records) and the ids of
 the topics it read.
 
+``<master>/_ingest_log/lost-<batch>.json``: the input records Kafka had deleted
+before the ingest read them, written by ``batch reset-ingest`` when its new
+checkpoint starts past them (:class:`shared.platform.batch_store.LostInput`; ``<batch>``
+is the new checkpoint's first batch). The master dataset never holds them, and each
+version published after says so.
+
 The ingest's checkpoint holds the same offsets, but it is not the master dataset:
 it can be deleted ("cleaning up checkpoints"), put back from an older copy, or
 set aside by ``batch reset-ingest``. With the log, the master dataset alone says
@@ -18,15 +24,17 @@ what it stores, so a new checkpoint can go on from there
 from __future__ import annotations
 
 import json
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
 
 from batch_layer import hadoop_files
+from shared.platform.batch_store import LostInput
 from shared.settings import Settings
 
 LOG_DIR = "_ingest_log"
+LOST_PREFIX = "lost-"
 
 
 @dataclass(frozen=True)
@@ -137,6 +145,35 @@ def write(spark: SparkSession, settings: Settings, entry: LoggedBatch) -> None:
 def forget(spark: SparkSession, settings: Settings, batch: int) -> None:
     """Delete a batch's entry (if any) before its partitions are written again."""
     hadoop_files.delete(spark, entry_location(settings, batch))
+
+
+def lost_location(settings: Settings, batch: int) -> str:
+    return f"{location(settings)}/{LOST_PREFIX}{batch}.json"
+
+
+def record_lost(spark: SparkSession, settings: Settings, lost: Sequence[LostInput]) -> None:
+    """Log the ranges of input records Kafka deleted before the ingest read them, under
+    the first batch that goes on after them (a reset run again replaces its record)."""
+    if not lost:
+        return
+    [batch] = {item.ingest_batch for item in lost}
+    where = lost_location(settings, batch)
+    document = {"lost": [item.to_document() for item in lost]}
+    hadoop_files.delete(spark, where)
+    hadoop_files.write_new(spark, where, json.dumps(document, indent=2) + "\n")
+
+
+def lost_input(spark: SparkSession, settings: Settings) -> tuple[LostInput, ...]:
+    """Every range of input records the log says the master dataset will never hold,
+    in the order they were lost; ValueError naming a record that cannot be read."""
+    found: list[LostInput] = []
+    for path in hadoop_files.glob(spark, f"{location(settings)}/{LOST_PREFIX}*.json"):
+        text = hadoop_files.read_text(spark, path) or ""
+        try:
+            found += [LostInput.from_document(item) for item in json.loads(text)["lost"]]
+        except (ValueError, TypeError, KeyError) as error:
+            raise ValueError(f"cannot read the ingest log's record {path} ({error!r})") from None
+    return tuple(sorted(found, key=lambda item: (item.ingest_batch, item.topic, item.partition)))
 
 
 class IngestLogError(ValueError):

@@ -16,7 +16,9 @@ ingest log (:mod:`batch_layer.ingest_log`) says it stores:
 - each partition starts where that batch had read to, if Kafka still has that
   offset and the topic is the one it read; else at the earliest offset Kafka
   keeps (:func:`starting_offsets`), so nothing stored is stored again and
-  nothing Kafka still has is skipped;
+  nothing Kafka still has is skipped; the records Kafka deleted before they were
+  read are recorded as lost in the ingest log (:func:`batch_layer.ingest_log.record_lost`),
+  and every version published after lists them;
 - the partitions of a batch that no micro-batch finished writing (a run killed
   mid-batch: the log has no entry for it) are deleted; the new checkpoint reads
   their records again.
@@ -43,6 +45,7 @@ from batch_layer.master import (
 from batch_layer.recompute import read_inventory
 from shared.domain.events import EVENT_TYPES
 from shared.platform import topic_ids
+from shared.platform.batch_store import LostInput
 from shared.platform.kafka_admin import Bounds, offset_bounds
 from shared.settings import Settings
 
@@ -62,6 +65,8 @@ class PartitionStart:
     starts_at: int
     """An offset, or :data:`EARLIEST`."""
     why: str
+    lost: tuple[int, int] | None = None
+    """Offsets [first, end) Kafka deleted before the ingest read them, if any."""
 
 
 def starting_offsets(
@@ -74,18 +79,22 @@ def starting_offsets(
     starts = []
     for (topic, partition), kept in sorted(bounds.items()):
         at = read_to.get(topic, {}).get(partition)
+        lost = None
         if topic in created_again:
             start, why = EARLIEST, "topic created again (new id)"
         elif at is None:
             start, why = EARLIEST, "not read before"
+            if kept.earliest > 0:
+                lost = (0, kept.earliest)
+                why += f"; {kept.earliest:,} records deleted before they were read"
         elif at > kept.end:
             start, why = EARLIEST, f"offsets went back ({at} read, {kept.end} now written)"
         elif at < kept.earliest:
-            lost = kept.earliest - at
-            start, why = EARLIEST, f"{lost:,} records deleted before they were read"
+            lost = (at, kept.earliest)
+            start, why = EARLIEST, f"{kept.earliest - at:,} records deleted before they were read"
         else:
             start, why = at, "goes on where it was read to"
-        starts.append(PartitionStart(topic, partition, at, kept, start, why))
+        starts.append(PartitionStart(topic, partition, at, kept, start, why, lost))
     return starts
 
 
@@ -99,6 +108,15 @@ class IngestResetPlan:
     starts: list[PartitionStart]
     unfinished: list[int]
     """Ingest batches no micro-batch finished writing (not in the ingest log), deleted."""
+
+    @property
+    def lost(self) -> list[LostInput]:
+        """The records Kafka deleted before they were read, per partition."""
+        return [
+            LostInput(item.topic, item.partition, *item.lost, ingest_batch=self.first_batch)
+            for item in self.starts
+            if item.lost is not None
+        ]
 
     @property
     def start(self) -> IngestStart:
@@ -157,8 +175,8 @@ def _locations(settings: Settings) -> list[str]:
 
 
 def carry_out(spark: SparkSession, settings: Settings, reset: IngestResetPlan) -> None:
-    """Delete the unfinished batch's partitions, set the old checkpoint aside and
-    begin the new one with its :class:`IngestStart`.
+    """Delete the unfinished batch's partitions, record the records Kafka lost, set the
+    old checkpoint aside and begin the new one with its :class:`IngestStart`.
 
     In that order, a reset cut short leaves the old checkpoint or none, which
     ``batch run`` refuses (:func:`batch_layer.master.check_ingest_checkpoint`);
@@ -168,6 +186,7 @@ def carry_out(spark: SparkSession, settings: Settings, reset: IngestResetPlan) -
         for location in _locations(settings):
             for folder in hadoop_files.glob(spark, f"{location}/*/{INGEST_BATCH}={batch}"):
                 hadoop_files.delete(spark, folder)
+    ingest_log.record_lost(spark, settings, reset.lost)
     if reset.aside is not None:
         hadoop_files.rename(spark, reset.checkpoint, reset.aside)
     hadoop_files.write_new(spark, f"{reset.checkpoint}/{START_FILE}", reset.start.render())

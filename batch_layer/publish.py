@@ -11,7 +11,7 @@ only after the pointer has moved, and never the one ``CURRENT`` names.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
@@ -26,6 +26,7 @@ from shared.platform.batch_store import (
     STORE_TABLES,
     VERSIONS_DIR,
     BatchVersion,
+    LostInput,
     read_current,
     version_file,
 )
@@ -153,11 +154,13 @@ def publish_version(
     keep_versions: int,
     *,
     view_settings: dict[str, str],
+    lost_input: Sequence[LostInput] = (),
 ) -> BatchVersion:
     """Publish a new version: the served one with ``recomputed_dates`` replaced by ``fresh``.
 
     ``fresh`` holds every table of :data:`STORE_TABLES` (rows of the recomputed
-    dates only), computed under ``view_settings``. The horizon never moves
+    dates only), computed under ``view_settings``; ``lost_input`` lists every range of
+    input records the master dataset will never hold. The horizon never moves
     backward: it is the later of the served one and ``horizon``. Raises
     :class:`BatchStoreError`, before writing anything, if rows of the served
     version computed under other view settings would be kept.
@@ -210,6 +213,7 @@ def publish_version(
             row_counts=counts,
             ingest_batch=ingest_batch,
             view_settings=view_settings,
+            lost_input=tuple(lost_input),
         )
         connection.execute(f"CREATE TABLE {MANIFEST_TABLE} (manifest VARCHAR NOT NULL)")
         connection.execute(f"INSERT INTO {MANIFEST_TABLE} VALUES (?)", [manifest.to_json()])

@@ -21,7 +21,7 @@ from pyspark.sql import types as T
 from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
-from batch_layer import master
+from batch_layer import ingest_log, master
 from batch_layer.publish import empty_store_tables, publish_version, run_lock
 from batch_layer.recompute import dates_to_recompute, read_inventory, recompute, release
 from shared.platform import topic_ids
@@ -170,6 +170,10 @@ def run_batch(
             )
             now = topic_ids.current(settings.kafka, settings.topics.inputs())
             master.claim_input_topics(spark, settings, now)
+            try:  # what the master dataset will never hold, for the version to list
+                lost_input = ingest_log.lost_input(spark, settings)
+            except ValueError as error:
+                raise master.MasterDatasetError(str(error)) from None
 
             def ingested(batch: master.IngestedBatch) -> None:
                 report.ingest_batches += 1
@@ -227,6 +231,7 @@ def run_batch(
                 ingest_batch,
                 settings.batch.keep_versions,
                 view_settings=settings.views.labels,
+                lost_input=lost_input,
             )
     report.seconds["total"] = round(time.monotonic() - started, 3)
     if cpu_clock is not None:

@@ -112,11 +112,26 @@ class StateOperator(BaseModel):
     )
 
 
+class LostInputRange(BaseModel):
+    """Input records Kafka deleted before the batch layer ingested them."""
+
+    topic: str
+    partition: int
+    first_offset: int = Field(description="the first offset lost")
+    end_offset: int = Field(description="the offset after the last one lost")
+    records: int
+    ingest_batch: int = Field(description="the first ingest batch after the gap")
+
+
 class StatusResponse(BaseModel):
     batch_version: int | None
     horizon: Instant | None
     batch_created_at: Instant | None
     batch_row_counts: dict[str, int]
+    batch_lost_input: list[LostInputRange] = Field(
+        description="input records the served version can never count: Kafka deleted them "
+        "(retention) before the batch layer ingested them, recorded by `batch reset-ingest`"
+    )
     speed_watermark: Instant | None
     speed_lag_records: int | None = Field(
         description="speed-store records on the broker this process has not read yet "

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from fastapi import APIRouter, Response
 
 from serving.deps import BatchReaderDep, SettingsDep, SpeedConsumerDep, SpeedDep, keyed_router
-from serving.models import StateOperator, StatusResponse
+from serving.models import LostInputRange, StateOperator, StatusResponse
 from shared.domain.view_specs import VIEW_NAMES
 from shared.platform.batch_store import BatchVersion, read_current
 from shared.settings import Settings, describe_view_settings
@@ -77,6 +77,10 @@ def status(
         horizon=version.horizon if version else None,
         batch_created_at=version.created_at if version else None,
         batch_row_counts=version.row_counts if version else {},
+        batch_lost_input=[
+            LostInputRange.model_validate(lost.to_document())
+            for lost in (version.lost_input if version else ())
+        ],
         speed_watermark=speed.watermark,
         speed_lag_records=consumer.lag if consumer else None,
         speed_caught_up=consumer.caught_up.is_set() if consumer else False,

@@ -99,6 +99,47 @@ VERSIONS_DIR = "versions"
 
 
 @dataclass(frozen=True)
+class LostInput:
+    """Input records Kafka deleted (retention) before the batch layer's ingest read
+    them: offsets [first_offset, end_offset) of one partition. ``batch reset-ingest``
+    records them in the master dataset's ingest log; ``ingest_batch`` is the first
+    batch its new checkpoint ingests, the one that goes on after the gap."""
+
+    topic: str
+    partition: int
+    first_offset: int
+    end_offset: int
+    ingest_batch: int
+
+    @property
+    def records(self) -> int:
+        return self.end_offset - self.first_offset
+
+    def to_document(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "first_offset": self.first_offset,
+            "end_offset": self.end_offset,
+            "records": self.records,
+            "ingest_batch": self.ingest_batch,
+        }
+
+    @classmethod
+    def from_document(cls, document: Mapping[str, Any]) -> LostInput:
+        lost = cls(
+            topic=str(document["topic"]),
+            partition=int(document["partition"]),
+            first_offset=int(document["first_offset"]),
+            end_offset=int(document["end_offset"]),
+            ingest_batch=int(document["ingest_batch"]),
+        )
+        if not 0 <= lost.first_offset < lost.end_offset or lost.partition < 0:
+            raise ValueError(f"not a range of lost records: {dict(document)}")
+        return lost
+
+
+@dataclass(frozen=True)
 class BatchVersion:
     """One published version: what ``CURRENT`` holds while it is served.
 
@@ -106,7 +147,9 @@ class BatchVersion:
     date before it. ``ingest_batch`` is the last master-dataset ingest batch the
     version has seen; records ingested after it mark their dates for recompute.
     ``view_settings`` are the settings its rows were computed under
-    (``ViewSettings.labels``).
+    (``ViewSettings.labels``). ``lost_input`` lists every range of input records
+    the master dataset will never hold (:class:`LostInput`), so the version's rows
+    lack them too.
     """
 
     version: int
@@ -117,6 +160,7 @@ class BatchVersion:
     row_counts: dict[str, int]
     ingest_batch: int | None
     view_settings: dict[str, str]
+    lost_input: tuple[LostInput, ...] = ()
     path: str = field(default="")
 
     def __post_init__(self) -> None:
@@ -134,6 +178,7 @@ class BatchVersion:
             "row_counts": self.row_counts,
             "ingest_batch": self.ingest_batch,
             "view_settings": self.view_settings,
+            "lost_input": [lost.to_document() for lost in self.lost_input],
         }
         return json.dumps(document, indent=2, sort_keys=True) + "\n"
 
@@ -152,6 +197,10 @@ class BatchVersion:
             view_settings={
                 str(name): str(text) for name, text in document["view_settings"].items()
             },
+            # a version published before lost input was recorded has none listed
+            lost_input=tuple(
+                LostInput.from_document(lost) for lost in document.get("lost_input", [])
+            ),
         )
 
 

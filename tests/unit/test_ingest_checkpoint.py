@@ -4,6 +4,7 @@ the master dataset's ingest log; where `batch reset-ingest` starts a new checkpo
 from __future__ import annotations
 
 import json
+from datetime import UTC, date, datetime
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from batch_layer.ingest_log import IngestLogError, LoggedBatch, parse, spark_offsets, unfinished
 from batch_layer.ingest_reset import EARLIEST, IngestResetPlan, starting_offsets
 from batch_layer.master import IngestStart, MasterDatasetError, check_ingest_checkpoint
+from shared.platform.batch_store import BatchVersion, LostInput
 from shared.platform.kafka_admin import Bounds
 from shared.settings import Settings
 
@@ -55,6 +57,7 @@ def test_a_reset_ingest_starts_each_partition_where_kafka_still_has_what_was_rea
         ("toll.entries", 1): Bounds(6, 8),  # 4 and 5 deleted before they were read
         ("toll.entries", 2): Bounds(0, 3),  # offsets went back: the topic is another
         ("toll.entries", 3): Bounds(0, 2),  # a partition added since
+        ("toll.entries", 4): Bounds(5, 9),  # added since, and 0-4 deleted before any read
         ("toll.exits", 0): Bounds(0, 9),  # the topic has a new id
     }
     starts = starting_offsets(read_to, bounds, created_again={"toll.exits"})
@@ -63,23 +66,51 @@ def test_a_reset_ingest_starts_each_partition_where_kafka_still_has_what_was_rea
         ("toll.entries", 1, 4, EARLIEST, "2 records deleted before they were read"),
         ("toll.entries", 2, 9, EARLIEST, "offsets went back (9 read, 3 now written)"),
         ("toll.entries", 3, None, EARLIEST, "not read before"),
+        ("toll.entries", 4, None, EARLIEST,
+         "not read before; 5 records deleted before they were read"),
         ("toll.exits", 0, 7, EARLIEST, "topic created again (new id)"),
-    ]
+    ]  # fmt: skip
     plan = IngestResetPlan("ckpt", "ckpt.replaced-x", 4, starts, unfinished=[])
     assert plan.start == IngestStart(
         first_batch=4,
         starting_offsets={
-            "toll.entries": {"0": 10, "1": -2, "2": -2, "3": -2},
+            "toll.entries": {"0": 10, "1": -2, "2": -2, "3": -2, "4": -2},
             "toll.exits": {"0": -2},
         },
     )
     assert json.loads(plan.start.render()) == {
         "first_batch": 4,
         "starting_offsets": {
-            "toll.entries": {"0": 10, "1": -2, "2": -2, "3": -2},
+            "toll.entries": {"0": 10, "1": -2, "2": -2, "3": -2, "4": -2},
             "toll.exits": {"0": -2},
         },
     }
+    # the records deleted before they were read: lost, from the new checkpoint's first batch
+    assert plan.lost == [
+        LostInput("toll.entries", 1, 4, 6, ingest_batch=4),
+        LostInput("toll.entries", 4, 0, 5, ingest_batch=4),
+    ]
+    assert [lost.records for lost in plan.lost] == [2, 5]
+
+
+def test_a_version_lists_the_lost_input_and_one_from_before_reads_as_none() -> None:
+    lost = LostInput("toll.entries", 1, 4, 6, ingest_batch=4)
+    version = BatchVersion(
+        version=3, horizon=datetime(2026, 1, 6, tzinfo=UTC),
+        created_at=datetime(2026, 1, 6, 1, tzinfo=UTC), dates=(date(2026, 1, 5),),
+        recomputed_dates=(date(2026, 1, 5),), row_counts={"booth_stats": 1}, ingest_batch=4,
+        view_settings={"window": "5m"}, lost_input=(lost,),
+    )  # fmt: skip
+    document = json.loads(version.to_json())
+    assert document["lost_input"] == [
+        {"topic": "toll.entries", "partition": 1, "first_offset": 4, "end_offset": 6,
+         "records": 2, "ingest_batch": 4}
+    ]  # fmt: skip
+    assert BatchVersion.from_json(version.to_json()) == version
+    del document["lost_input"]  # as a version published before lost input was recorded
+    assert BatchVersion.from_json(json.dumps(document)).lost_input == ()
+    with pytest.raises(ValueError, match="not a range of lost records"):
+        LostInput.from_document({**lost.to_document(), "end_offset": 4})
 
 
 def test_an_ingest_log_entry_reads_back_as_written() -> None:
