@@ -699,12 +699,14 @@ def start(settings: Settings) -> BrokerStatus:
     try:
         for node in starting:  # all before any waits: a quorum needs a majority up
             launched[node.id] = _launch(settings, node, cluster_id)
-        _wait_joined(settings, cluster, launched)
+        joined = _wait_joined(settings, cluster, launched)
     except BaseException:
         for node_id, process in launched.items():
             _terminate(process.pid, BrokerPaths.of(settings, node_id), grace_seconds=10)
         raise
-    return status(settings)
+    # what the cluster listed as it joined: asked again at once, a node just up may not
+    # answer yet
+    return status(settings, registered=joined)
 
 
 def _launch(settings: Settings, node: Node, cluster_id: str) -> subprocess.Popen[bytes]:
@@ -726,8 +728,9 @@ def _launch(settings: Settings, node: Node, cluster_id: str) -> subprocess.Popen
 
 def _wait_joined(
     settings: Settings, cluster: list[Node], launched: dict[int, subprocess.Popen[bytes]]
-) -> None:
-    """Wait until the cluster lists every node; BrokerError if a node exits or time runs out."""
+) -> frozenset[int]:
+    """Wait until the cluster lists every node (the ids it lists then); BrokerError if a
+    node exits or time runs out."""
     wanted = {node.id for node in cluster}
     deadline = time.monotonic() + settings.kafka.start_timeout.total_seconds()
     registered: frozenset[int] | None = None
@@ -742,7 +745,7 @@ def _wait_joined(
                 )
         registered = _registered(settings.kafka)
         if registered is not None and wanted <= registered:
-            return
+            return registered
         time.sleep(0.5)
     first = BrokerPaths.of(settings, min(launched))
     joined = "no node answered" if registered is None else (
@@ -795,14 +798,15 @@ def stop(settings: Settings, grace_seconds: float = 30.0) -> list[int]:
     return [pid for pid, _ in running]
 
 
-def status(settings: Settings) -> BrokerStatus:
-    """Each node's pid, the brokers the cluster lists, the active controller and the
-    under-replicated partitions."""
+def status(settings: Settings, registered: frozenset[int] | None = None) -> BrokerStatus:
+    """Each node's pid, the brokers the cluster lists (``registered``, if known already),
+    the active controller and the under-replicated partitions."""
     statuses = []
     for node in nodes(settings.kafka):
         paths = BrokerPaths.of(settings, node.id)
         statuses.append(NodeStatus(node, _running_pid(paths), paths))
-    registered = _registered(settings.kafka)
+    if registered is None:
+        registered = _registered(settings.kafka, timeout_ms=5000)
     return BrokerStatus(
         nodes=statuses,
         bootstrap=settings.kafka.bootstrap,

@@ -300,7 +300,7 @@ def kill_at_failpoint(settings: Settings, failpoint: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("failpoint", ["publish_tables", "publish_before_pointer"])
+@pytest.mark.parametrize("failpoint", ["publish_tables"])  # the others: tests/faults
 def test_kill_9_during_publish_leaves_current_untouched(
     first_run: Settings, spark: SparkSession, failpoint: str
 ) -> None:
