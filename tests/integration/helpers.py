@@ -18,7 +18,13 @@ from typing import Any
 import duckdb
 from pyspark.sql import SparkSession
 
-from batch_layer.master import dead_letters_location, events_location
+from batch_layer import hadoop_files
+from batch_layer.master import (
+    MASTER_DEAD_LETTER_SCHEMA,
+    dead_letters_location,
+    events_location,
+    master_schema,
+)
 from shared.domain.events import EVENT_TYPES
 from shared.domain.merge import best_candidates
 from shared.domain.topics import Topics
@@ -275,11 +281,13 @@ def send_three_days(settings: Settings) -> None:
 def master_coordinates(spark: SparkSession, settings: Settings) -> Counter[tuple[str, int, int]]:
     """The source record (topic, partition, offset) of every valid event and dead letter
     in the master dataset, counted."""
-    locations = [events_location(settings, event_type) for event_type in EVENT_TYPES]
-    locations.append(dead_letters_location(settings))
+    kinds = [(events_location(settings, t), master_schema(t)) for t in EVENT_TYPES]
+    kinds.append((dead_letters_location(settings), MASTER_DEAD_LETTER_SCHEMA))
     rows = []
-    for location in locations:
-        frame = spark.read.parquet(location)
+    for location, schema in kinds:
+        if not hadoop_files.glob(spark, location):  # nothing of that kind stored yet
+            continue
+        frame = spark.read.schema(schema).parquet(location)  # a folder of no files reads empty
         rows += frame.select("source_topic", "source_partition", "source_offset").collect()
     return Counter((row[0], int(row[1]), int(row[2])) for row in rows)
 
