@@ -34,6 +34,18 @@ def times(reduced: int, full: int) -> int:
     return full if FULL else reduced
 
 
+FULL_TIMEOUT_S = 3600
+"""A case's limit in a full run: ten driver kills take about 12 minutes, beyond the
+suite's 600 s per test."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    if FULL:
+        for item in items:
+            if item.get_closest_marker("faults") is not None:
+                item.add_marker(pytest.mark.timeout(FULL_TIMEOUT_S))
+
+
 @dataclass(frozen=True)
 class Result:
     """One row of the results table: what a case injected and what it found."""
