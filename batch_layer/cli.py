@@ -16,13 +16,7 @@ from rich.table import Column, Table
 
 from batch_layer import ingest_reset
 from batch_layer.master import MasterDatasetError
-from batch_layer.publish import (
-    BatchStoreError,
-    ListedVersion,
-    list_versions,
-    rollback,
-    run_lock,
-)
+from batch_layer.publish import rollback, run_lock
 from batch_layer.run import (
     RunReport,
     batch_spark_session,
@@ -32,7 +26,12 @@ from batch_layer.run import (
 )
 from batch_layer.schedule import Scheduler, next_run_after, serve_until_signalled
 from shared.domain.events import format_instant
-from shared.platform.batch_store import STORE_TABLES
+from shared.platform.batch_store import (
+    STORE_TABLES,
+    BatchStoreError,
+    ListedVersion,
+    list_versions,
+)
 from shared.platform.cron import check_cron
 from shared.platform.kafka_admin import KafkaNotReadyError, kafka_answers, require_kafka
 from shared.platform.logs import configure_logging
@@ -185,6 +184,7 @@ def _version_document(listed: ListedVersion) -> dict[str, Any]:
         "view_settings": manifest.view_settings,
         "lost_input": [lost.to_document() for lost in manifest.lost_input],
         "current": listed.current,
+        "rolled_back": listed.rolled_back,
     }
 
 
@@ -208,7 +208,7 @@ def _versions_table(documents: list[dict[str, Any]], store: Path) -> Table:
     """One row per version and table, so it reads in 80 columns (``--json`` for scripts)."""
     table = Table(
         title=f"batch versions in {store}",
-        caption="* current: the version the API serves",
+        caption="* current: the version the API serves; ↩ rolled back: withdrawn, not served",
         box=box.SIMPLE_HEAD,
         padding=(0, 1, 0, 0),
         show_edge=False,
@@ -219,7 +219,8 @@ def _versions_table(documents: list[dict[str, Any]], store: Path) -> Table:
     names = [spec.name for spec in STORE_TABLES]
     for document in documents:
         heading = [
-            f"{document['version']}{' *' if document['current'] else ''}",
+            f"{document['version']}{' *' if document['current'] else ''}"
+            f"{' ↩' if document['rolled_back'] else ''}",
             document["horizon"][:16].replace("T", " "),
             document["created_at"][:16].replace("T", " "),
         ]

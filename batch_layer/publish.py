@@ -10,25 +10,31 @@ only after the pointer has moved, and never the one ``CURRENT`` names.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
 
+from batch_layer.corrections import SpeedSide, record_corrections
 from shared.platform.batch_store import (
     MANIFEST_TABLE,
     POINTER_FILE,
+    ROLLED_BACK_FILE,
     STORE_TABLES,
     VERSIONS_DIR,
+    BatchStoreError,
     BatchVersion,
     LostInput,
     read_current,
+    read_manifest,
+    read_rolled_back,
     version_file,
+    version_numbers,
 )
 from shared.platform.failpoints import failpoint
 from shared.platform.files import fsync_path, replace_atomically
@@ -37,10 +43,6 @@ from shared.platform.logs import log_event
 from shared.settings import describe_view_settings
 
 logger = logging.getLogger("lambdaline.batch")
-
-
-class BatchStoreError(Exception):
-    """The batch store cannot do what was asked; the message says why."""
 
 
 @contextmanager
@@ -54,40 +56,6 @@ def run_lock(store: Path) -> Iterator[None]:
         except LockHeldError as error:
             raise BatchStoreError(str(error)) from None
         yield
-
-
-def _version_numbers(store: Path) -> list[int]:
-    versions = store / VERSIONS_DIR
-    if not versions.is_dir():
-        return []
-    return sorted(int(path.stem) for path in versions.glob("[0-9]*.duckdb"))
-
-
-def read_manifest(path: Path) -> BatchVersion:
-    """The manifest a version file carries about itself."""
-    with duckdb.connect(str(path), read_only=True) as connection:
-        row = connection.execute(f"SELECT manifest FROM {MANIFEST_TABLE}").fetchone()
-    if row is None:
-        raise BatchStoreError(f"{path} has no manifest")
-    return BatchVersion.from_json(str(row[0]))
-
-
-@dataclass(frozen=True)
-class ListedVersion:
-    manifest: BatchVersion
-    current: bool
-
-
-def list_versions(store: Path) -> list[ListedVersion]:
-    """Every version file in the store, oldest first; exactly one is current if any is."""
-    current = read_current(store)
-    return [
-        ListedVersion(
-            read_manifest(version_file(store, number)),
-            current is not None and current.version == number,
-        )
-        for number in _version_numbers(store)
-    ]
 
 
 def empty_store_tables() -> dict[str, pa.Table]:
@@ -155,12 +123,14 @@ def publish_version(
     *,
     view_settings: dict[str, str],
     lost_input: Sequence[LostInput] = (),
+    speed: SpeedSide | None = None,
 ) -> BatchVersion:
     """Publish a new version: the served one with ``recomputed_dates`` replaced by ``fresh``.
 
     ``fresh`` holds every table of :data:`STORE_TABLES` (rows of the recomputed
     dates only), computed under ``view_settings``; ``lost_input`` lists every range of
-    input records the master dataset will never hold. The horizon never moves
+    input records the master dataset will never hold; ``speed``: the speed store to
+    compare the days it newly covers with (``batch_layer.corrections``). The horizon never moves
     backward: it is the later of the served one and ``horizon``. Raises
     :class:`BatchStoreError`, before writing anything, if rows of the served
     version computed under other view settings would be kept.
@@ -180,7 +150,7 @@ def publish_version(
     versions.mkdir(parents=True, exist_ok=True)
     for leftover in versions.glob(".*.tmp*"):
         leftover.unlink()  # from a run killed while publishing
-    number = max([0, *_version_numbers(store), previous.version if previous else 0]) + 1
+    number = max([0, *version_numbers(store), previous.version if previous else 0]) + 1
     if previous is not None:
         horizon = max(horizon, previous.horizon)
     temporary = versions / f".{number:08d}.duckdb.tmp"
@@ -203,6 +173,11 @@ def publish_version(
             _copy_table(connection, table.name, fresh[table.name], previous is not None)
             failpoint("publish_tables")
         counts = {table.name: _count(connection, table.name) for table in STORE_TABLES}
+        corrections = None
+        if speed is not None:
+            late_before = (previous.corrections or {}).get("late_rows_total") if previous else None
+            since = previous.horizon if previous is not None else None
+            corrections = record_corrections(connection, speed, since, horizon, late_before)
         held_dates = sorted(set(previous.dates if previous else ()) | set(recomputed_dates))
         manifest = BatchVersion(
             version=number,
@@ -214,6 +189,7 @@ def publish_version(
             ingest_batch=ingest_batch,
             view_settings=view_settings,
             lost_input=tuple(lost_input),
+            corrections=corrections,
         )
         connection.execute(f"CREATE TABLE {MANIFEST_TABLE} (manifest VARCHAR NOT NULL)")
         connection.execute(f"INSERT INTO {MANIFEST_TABLE} VALUES (?)", [manifest.to_json()])
@@ -240,7 +216,7 @@ def _count(connection: duckdb.DuckDBPyConnection, table_name: str) -> int:
 def prune_versions(store: Path, keep_versions: int) -> list[int]:
     """Delete all but the newest ``keep_versions`` files, never the current one."""
     current = read_current(store)
-    numbers = _version_numbers(store)
+    numbers = version_numbers(store)
     kept = set(numbers[-keep_versions:]) | ({current.version} if current else set())
     deleted = [number for number in numbers if number not in kept]
     for number in deleted:
@@ -251,12 +227,22 @@ def prune_versions(store: Path, keep_versions: int) -> list[int]:
 
 
 def rollback(store: Path, version: int) -> BatchVersion:
-    """Point ``CURRENT`` at an older (or newer) kept version."""
+    """Point ``CURRENT`` at an older (or newer) kept version.
+
+    Every kept version newer than it is withdrawn (``ROLLED_BACK``): the API
+    refuses to serve it by ``version=``, and ``batch versions`` marks it. A later
+    rollback to a withdrawn version restores it.
+    """
     path = version_file(store, version)
     if not path.exists():
-        kept = ", ".join(str(n) for n in _version_numbers(store)) or "none"
+        kept = ", ".join(str(n) for n in version_numbers(store)) or "none"
         raise BatchStoreError(f"version {version} is not in {store} (kept versions: {kept})")
     manifest = read_manifest(path)
+    withdrawn = (read_rolled_back(store) - {version}) | {
+        number for number in version_numbers(store) if number > version
+    }
+    # withdrawn first: a crash between the two leaves CURRENT as it was, to roll back again
+    replace_atomically(store / ROLLED_BACK_FILE, json.dumps(sorted(withdrawn)) + "\n")
     replace_atomically(store / POINTER_FILE, manifest.to_json())
-    log_event(logger, "batch_rolled_back", version=version)
+    log_event(logger, "batch_rolled_back", version=version, withdrawn=sorted(withdrawn))
     return manifest

@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
 from batch_layer import ingest_log, master
+from batch_layer.corrections import read_speed_side
 from batch_layer.publish import empty_store_tables, publish_version, run_lock
 from batch_layer.recompute import dates_to_recompute, read_inventory, recompute, release
 from shared.platform import topic_ids
@@ -221,18 +222,25 @@ def run_batch(
                 release(spark)
             failpoint("recompute_before_publish")
 
-        # publish: a new DuckDB version, then the CURRENT pointer
-        with _step(report, "publish", progress, "publish version", cpu_clock):
-            report.version = publish_version(
-                store,
-                fresh,
-                dates,
-                horizon_after(run_date),
-                ingest_batch,
-                settings.batch.keep_versions,
-                view_settings=settings.views.labels,
-                lost_input=lost_input,
-            )
+        # publish: a new DuckDB version, compared with the speed store, then the CURRENT pointer
+        with _step(report, "publish", progress, "publish version", cpu_clock) as task:
+            progress.update(task, description="publish version: reading the speed store")
+            speed = read_speed_side(settings)
+            progress.update(task, description="publish version")
+            try:
+                report.version = publish_version(
+                    store,
+                    fresh,
+                    dates,
+                    horizon_after(run_date),
+                    ingest_batch,
+                    settings.batch.keep_versions,
+                    view_settings=settings.views.labels,
+                    lost_input=lost_input,
+                    speed=speed,
+                )
+            finally:
+                speed.close()
     report.seconds["total"] = round(time.monotonic() - started, 3)
     if cpu_clock is not None:
         report.cpu_seconds["total"] = round(cpu_clock() - cpu_started, 3)

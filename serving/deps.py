@@ -10,20 +10,24 @@ and hand larger reads (DuckDB blocks) to the thread pool
 
 from __future__ import annotations
 
+import asyncio
 import secrets
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.security import APIKeyHeader
 
-from serving.batch_reader import BatchReader, BatchSnapshot
-from serving.models import Problem
+from serving.batch_reader import BatchReader, BatchSnapshot, VersionRefusedError
+from serving.consistency import BadTokenError, ConsistencyToken
+from serving.models import Conflict, Problem
 from serving.speed_consumer import SpeedConsumer
-from serving.speed_tables import SpeedTables
+from shared.platform.batch_store import BatchVersion
+from shared.platform.speed_tables import SpeedTables
 from shared.settings import Settings
 
 
@@ -41,15 +45,6 @@ async def batch_reader(request: Request) -> BatchReader:
 
 
 BatchReaderDep = Annotated[BatchReader, Depends(batch_reader)]
-
-
-async def batch_snapshot(reader: BatchReaderDep) -> AsyncIterator[BatchSnapshot | None]:
-    """The batch version current when the request started, held until it ends."""
-    with reader.snapshot() as snapshot:
-        yield snapshot
-
-
-BatchDep = Annotated[BatchSnapshot | None, Depends(batch_snapshot)]
 
 
 async def speed_tables(request: Request) -> SpeedTables:
@@ -84,13 +79,24 @@ async def require_api_key(
         raise HTTPException(401, detail="missing or unknown X-API-Key")
 
 
-def keyed_router(prefix: str, tag: str) -> APIRouter:
-    """A router of /v1 routes: each needs the API key, and its OpenAPI says so (401)."""
+def keyed_router(prefix: str, tag: str, views: bool = False) -> APIRouter:
+    """A router of /v1 routes: each needs the API key, and its OpenAPI says so (401);
+    ``views``: routes that read the stores (:data:`StoresDep`), with its answers."""
+    responses: dict[int | str, dict[str, Any]] = {
+        401: {"model": Problem, "description": "X-API-Key missing or unknown"}
+    }
+    if views:
+        responses |= {
+            404: {"model": Problem, "description": "the booth or vehicle, or `version`, unknown"},
+            409: {
+                "model": Conflict,
+                "description": "`after`: not materialised in time; `max_staleness`: the speed "
+                "watermark is older",
+            },
+            410: {"model": Problem, "description": "`version` was rolled back"},
+        }
     return APIRouter(
-        prefix=prefix,
-        tags=[tag],
-        dependencies=[Depends(require_api_key)],
-        responses={401: {"model": Problem, "description": "X-API-Key missing or unknown"}},
+        prefix=prefix, tags=[tag], dependencies=[Depends(require_api_key)], responses=responses
     )
 
 
@@ -141,3 +147,148 @@ Limit = Annotated[
         description="at most this many rows (the response's `truncated` says if there were more)",
     ),
 ]
+
+
+class ConflictError(Exception):
+    """Answered 409 with its :class:`serving.models.Conflict` (``serving.main``'s handler)."""
+
+    def __init__(self, conflict: Conflict):
+        super().__init__(conflict.detail)
+        self.conflict = conflict
+
+
+AFTER_POLL_S = 0.05
+"""How often a request with ``after=`` looks again at what its worker has materialised."""
+
+
+def worker_token(version: BatchVersion | None, consumer: SpeedConsumer | None) -> ConsistencyToken:
+    """What this worker has materialised: the batch version (its horizon) and the
+    speed store (:mod:`serving.consistency`)."""
+    speed, inputs = consumer.materialised() if consumer is not None else ({}, {})
+    return ConsistencyToken(
+        batch_version=version.version if version is not None else None,
+        horizon=version.horizon if version is not None else None,
+        speed=speed,
+        input=inputs,
+    )
+
+
+@dataclass(frozen=True)
+class Stores:
+    """What a view request reads (the batch snapshot, current or ``version=``; the speed
+    store) and what it asks of them."""
+
+    batch: BatchSnapshot | None
+    speed: SpeedTables
+    consumer: SpeedConsumer | None
+    max_staleness: timedelta | None = None
+
+    def token(self) -> ConsistencyToken:
+        """What the answer is consistent with, taken before its rows are read: the
+        speed tables only grow past it."""
+        return worker_token(self.batch.version if self.batch else None, self.consumer)
+
+    def check_staleness(self, watermark: datetime | None) -> None:
+        """Raise ConflictError if ``max_staleness`` was asked and the speed watermark is
+        older than that (or there is none yet)."""
+        if self.max_staleness is None:
+            return
+        # the stores hold zone-less UTC
+        staleness = datetime.now(UTC) - watermark.replace(tzinfo=UTC) if watermark else None
+        if staleness is not None and staleness <= self.max_staleness:
+            return
+        limit = self.max_staleness.total_seconds()
+        detail = (
+            f"the speed watermark is {staleness.total_seconds():.1f} s old, more than "
+            f"max_staleness {limit:g} s"
+            if staleness is not None
+            else "the speed layer has no watermark yet"
+        )
+        raise ConflictError(
+            Conflict(
+                detail=detail,
+                consistency=self.token().encode(),
+                staleness_seconds=staleness.total_seconds() if staleness is not None else None,
+                speed_watermark=watermark,
+            )
+        )
+
+
+async def _materialised(
+    wanted: ConsistencyToken,
+    reader: BatchReader,
+    consumer: SpeedConsumer | None,
+    wait: timedelta,
+) -> None:
+    """Return once this worker has materialised what ``wanted`` names; after ``wait``,
+    raise ConflictError naming what is missing."""
+    deadline = time.monotonic() + wait.total_seconds()
+    while True:
+        have = worker_token(reader.version, consumer)
+        behind = have.behind(wanted)
+        if not behind:
+            return
+        if time.monotonic() >= deadline:
+            shown = "; ".join(behind[:4]) + (
+                f"; and {len(behind) - 4} more" if len(behind) > 4 else ""
+            )
+            raise ConflictError(
+                Conflict(
+                    detail=f"not materialised within {wait.total_seconds():g} s: {shown}",
+                    consistency=have.encode(),
+                    behind=behind,
+                )
+            )
+        await asyncio.sleep(AFTER_POLL_S)
+
+
+async def view_stores(
+    settings: SettingsDep,
+    reader: BatchReaderDep,
+    speed: SpeedDep,
+    consumer: SpeedConsumerDep,
+    version: Annotated[
+        int | None,
+        Query(
+            ge=1,
+            description="read the batch side from this kept version, as it was "
+            "published (the speed side from its horizon on); 410 if it was rolled back",
+        ),
+    ] = None,
+    after: Annotated[
+        str | None,
+        Query(
+            description="a consistency token: first wait (at most `serving_after_wait`) "
+            "until this worker has materialised what it names, else 409"
+        ),
+    ] = None,
+    max_staleness: Annotated[
+        float | None,
+        Query(
+            ge=0,
+            le=1e9,
+            description="seconds: 409 if the answer takes speed rows and "
+            "the speed watermark is older than this",
+        ),
+    ] = None,
+) -> AsyncIterator[Stores]:
+    """The stores a view request reads, after waiting for ``after``."""  # fmt: skip
+    if after is not None:
+        try:
+            wanted = ConsistencyToken.decode(after)
+        except BadTokenError as error:
+            raise invalid_query("after", after, f"not a consistency token: {error}") from None
+        await _materialised(wanted, reader, consumer, settings.serving.after_wait)
+    try:
+        batch = reader.acquire(version)
+    except VersionRefusedError as error:
+        raise HTTPException(error.status, detail=str(error)) from None
+    try:
+        staleness = timedelta(seconds=max_staleness) if max_staleness is not None else None
+        yield Stores(batch, speed, consumer, staleness)
+    finally:
+        if batch is not None:
+            batch.release()
+
+
+StoresDep = Annotated[Stores, Depends(view_stores)]

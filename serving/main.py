@@ -14,11 +14,13 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 
 import duckdb
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 from fastapi_offline import FastAPIOffline
 from starlette.concurrency import run_in_threadpool
 
 from serving.batch_reader import BatchReader
+from serving.deps import ConflictError
 from serving.metrics import (
     LatencyMiddleware,
     Metrics,
@@ -29,10 +31,10 @@ from serving.metrics import (
 )
 from serving.metrics import router as metrics_router
 from serving.queries import naive_utc
-from serving.routers import alerts, booths, diagnostics, status, vehicles
+from serving.routers import alerts, booths, diagnostics, status, vehicles, versions
 from serving.speed_consumer import SpeedConsumer
-from serving.speed_tables import SpeedTables
 from shared.platform.logs import log_event
+from shared.platform.speed_tables import SpeedTables
 from shared.settings import Settings, get_settings
 
 logger = logging.getLogger("lambdaline.serving")
@@ -88,11 +90,21 @@ def create_app(
     app.state.speed_consumer = consumer
     app.state.metrics = Metrics()
     app.add_middleware(LatencyMiddleware, metrics=app.state.metrics)
-    for router in (booths.router, vehicles.router, alerts.router, diagnostics.router, status.keyed):
+    app.add_exception_handler(ConflictError, _conflict)  # type: ignore[arg-type]
+    for router in (
+        booths.router, vehicles.router, alerts.router, diagnostics.router, status.keyed,
+        versions.router,
+    ):  # fmt: skip
         app.include_router(router)
     app.include_router(status.router)
     app.include_router(metrics_router)
     return app
+
+
+async def _conflict(request: Request, error: ConflictError) -> JSONResponse:
+    """409 with what the request asked that this worker could not give (``after=``,
+    ``max_staleness=``)."""
+    return JSONResponse(error.conflict.model_dump(mode="json"), status_code=409)
 
 
 async def _refresh_gauges(app: FastAPI) -> None:

@@ -38,6 +38,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 router = APIRouter(tags=["status"])
 
+CORRECTION_KINDS = ("equal", "corrected", "only_in_batch", "only_in_speed")
+
 MULTIPROCESS_DIR = "PROMETHEUS_MULTIPROC_DIR"
 """Set (before prometheus_client is imported) in every worker of a multi-process server."""
 
@@ -88,6 +90,18 @@ class Metrics:
             "lambdaline_speed_watermark_seconds", "speed-layer watermark, Unix time",
             multiprocess_mode="livemin",
         )  # fmt: skip
+        self.corrections = gauge(
+            "lambdaline_batch_corrections_rows",
+            "the served version's rows of the days it newly covered, against the speed "
+            "layer's final rows: equal, corrected, only_in_batch, only_in_speed",
+            ["view", "kind"], multiprocess_mode="livemax",
+        )  # fmt: skip
+        self.late_rows = gauge(
+            "lambdaline_batch_speed_late_rows",
+            "rows each speed query dropped as late between the previous version and the "
+            "served one",
+            ["query"], multiprocess_mode="livemax",
+        )  # fmt: skip
         self.speed_rejected = gauge(
             "lambdaline_speed_records_rejected",
             "speed-store records skipped as not rows of their view, since start",
@@ -135,6 +149,12 @@ def refresh_gauges(app: FastAPI) -> None:
     version = state.batch_reader.version
     metrics.batch_version.set(version.version if version else -1)
     metrics.batch_horizon.set(version.horizon.timestamp() if version else 0)
+    corrections = (version.corrections or {}) if version else {}
+    for view, counts in (corrections.get("views") or {}).items():
+        for kind in CORRECTION_KINDS:
+            metrics.corrections.labels(view, kind).set(counts.get(kind, 0))
+    for query, rows in (corrections.get("late_rows_since_previous") or {}).items():
+        metrics.late_rows.labels(query).set(rows)
     consumer = state.speed_consumer
     lag = consumer.lag if consumer is not None else None
     metrics.speed_lag.set(lag if lag is not None else -1)

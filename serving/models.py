@@ -63,6 +63,12 @@ def row_model(view: ViewSpec) -> type[BaseModel]:
 
 RowT = TypeVar("RowT", bound=BaseModel)
 
+CONSISTENCY = (
+    "what the answer is consistent with: the batch version and horizon, and the speed "
+    "store's and input topics' offsets this worker had materialised (base64url JSON, "
+    "docs/architecture.md); pass it as `after` to read at least as much later"
+)
+
 
 class ViewResponse(BaseModel, Generic[RowT]):
     """Rows merged from both layers, and the boundary they were merged at."""
@@ -79,6 +85,7 @@ class ViewResponse(BaseModel, Generic[RowT]):
         description="true when the range holds more rows than `limit`: these are the first "
         "`limit` in key order; narrow the range or raise `limit` for the rest"
     )
+    consistency: str = Field(description=CONSISTENCY)
     rows: list[RowT]
 
 
@@ -147,7 +154,87 @@ class StatusResponse(BaseModel):
         "(the log names the first ones by topic, partition and offset)"
     )
     errors: list[str]
+    consistency: str = Field(description=CONSISTENCY)
 
 
 class Problem(BaseModel):
     detail: str
+
+
+class ViewCorrections(BaseModel):
+    """One view's rows of the days a version newly covered, against the speed layer's
+    final rows of those days."""
+
+    equal: int
+    corrected: int = Field(description="in both, a column differing")
+    only_in_batch: int = Field(
+        description="no final speed row: dropped as late by the speed layer, or not final yet"
+    )
+    only_in_speed: int
+    largest_difference: dict[str, float] = Field(
+        description="per numeric column of the corrected rows, the largest difference "
+        "(an instant's in seconds)"
+    )
+    rows_kept: int = Field(description="the differing rows the version keeps (at most 10,000)")
+
+
+class CorrectionsSummary(BaseModel):
+    compared_from: Instant | None = Field(
+        description="the previous version's horizon (null: the first version, every day)"
+    )
+    compared_to: Instant = Field(description="this version's horizon")
+    speed_watermark: Instant | None = None
+    views: dict[str, ViewCorrections] = Field(default_factory=dict)
+    late_rows_total: dict[str, int] = Field(
+        default_factory=dict, description="rows each speed query has dropped as late"
+    )
+    late_rows_since_previous: dict[str, int] = Field(
+        default_factory=dict, description="of those, since the previous version"
+    )
+    error: str | None = Field(None, description="why the speed store could not be compared")
+
+
+class KeptVersion(BaseModel):
+    version: int
+    horizon: Instant
+    created_at: Instant
+    current: bool = Field(description="the version the API serves")
+    rolled_back: bool = Field(description="withdrawn by `batch rollback`: not served")
+    row_counts: dict[str, int]
+    corrections: CorrectionsSummary | None = Field(
+        description="what the version corrected of the speed layer (null: not compared)"
+    )
+
+
+class VersionsResponse(BaseModel):
+    consistency: str = Field(description=CONSISTENCY)
+    versions: list[KeptVersion] = Field(description="oldest first")
+
+
+class CorrectedRow(BaseModel):
+    view: str
+    kind: str = Field(description="corrected, only_in_batch or only_in_speed")
+    key: dict[str, Any] = Field(description="the view key")
+    batch: dict[str, Any] | None = Field(description="the version's row (null: none)")
+    speed: dict[str, Any] | None = Field(description="the speed layer's final row (null: none)")
+
+
+class CorrectionsResponse(BaseModel):
+    version: int
+    corrections: CorrectionsSummary | None
+    truncated: bool = Field(description="more rows than `limit`")
+    rows: list[CorrectedRow] = Field(description="by view, then key")
+
+
+class Conflict(BaseModel):
+    """409: the answer could not be as consistent as the request asked."""
+
+    detail: str
+    consistency: str = Field(description="what this worker has materialised, as a token")
+    behind: list[str] = Field(
+        default_factory=list, description="`after`: what the worker lacks of the token"
+    )
+    staleness_seconds: float | None = Field(
+        None, description="`max_staleness`: how old the speed watermark is"
+    )
+    speed_watermark: Instant | None = None

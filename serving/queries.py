@@ -34,19 +34,16 @@ import duckdb
 
 from serving.batch_reader import BatchSnapshot
 from serving.result_cache import Encoded
-from serving.speed_tables import SpeedTables
-from shared.domain.events import INSTANT_STRFTIME
-from shared.domain.merge import EPOCH, Row, Source, roll_up, sources_for
+from shared.domain.merge import EPOCH, HORIZON_SQL, Row, Source, roll_up, sources_for
 from shared.domain.view_specs import (
     BOOTH_STATS,
     EXPIRED_REGISTRATIONS,
     VEHICLE_TRIPS,
     VEHICLE_VISITS,
-    ColumnType,
-    Horizon,
     ViewSpec,
 )
-from shared.domain.view_specs import Column as ViewColumn
+from shared.platform.batch_store import wire_sql
+from shared.platform.speed_tables import SpeedTables
 
 T = TypeVar("T")
 
@@ -66,7 +63,7 @@ class ViewQuery:
     limit: int | None = None
     final_before: datetime | None = None
     """Speed rows whose ``final.column`` is at or before it are final (None: none is;
-    ``serving.speed_tables.SpeedTables.final_before``). Batch rows always are."""
+    ``shared.platform.speed_tables.SpeedTables.final_before``). Batch rows always are."""
 
     def key(self) -> tuple[Any, ...]:
         """What decides a batch-only query's rows, hashable (a result cache's key)."""
@@ -85,7 +82,7 @@ class ViewQuery:
             conditions.append(f'"{view.name}"."{column}" = ?')
             params.append(value)
         side_column = f'"{view.name}"."{view.horizon_column}"'
-        batch_side, speed_side = _SIDES[view.horizon]
+        batch_side, speed_side = HORIZON_SQL[view.horizon]
         conditions.append(f"{side_column} {batch_side if side is Source.BATCH else speed_side} ?")
         params.append(naive_utc(horizon) if horizon is not None else datetime.min)
         shown_if = view.candidates.shown_if if view.candidates is not None else None
@@ -129,7 +126,7 @@ class ViewQuery:
         view = self.view
         where, params = self._where(side, horizon)
         final, final_params = self._final(side)
-        fields = ", ".join(f'"{column.name}" := {_wire(column)}' for column in view.columns)
+        fields = ", ".join(f'"{column.name}" := {wire_sql(column)}' for column in view.columns)
         # the source is an enum member's value (code), not a request's
         columns = (
             f'to_json(struct_pack({fields}, "final" := {final}, "source" := \'{side.value}\'))'
@@ -168,24 +165,6 @@ class ViewQuery:
             f'FROM "{view.name}" WHERE {where} GROUP BY {by} ORDER BY {by}'
         )
         return self._limited(text, [size, naive_utc(EPOCH), *final_params, *params])
-
-
-_SIDES: dict[Horizon, tuple[str, str]] = {
-    Horizon.TIME_BEFORE: ("<", ">="),
-    Horizon.END_AT_OR_BEFORE: ("<=", ">"),
-}
-"""Each horizon rule's comparison of a row's ``horizon_column`` with H, batch side then
-speed side: ``shared.domain.merge``'s rule in SQL."""
-
-
-def _wire(column: ViewColumn) -> str:
-    """A stored column as the response writes it: instants and money as strings."""
-    name = f'"{column.name}"'
-    if column.type is ColumnType.INSTANT:
-        return f"strftime({name}, '{INSTANT_STRFTIME}')"
-    if column.type is ColumnType.MONEY:
-        return f"CAST({name} AS VARCHAR)"
-    return name
 
 
 def _fetch(cursor: duckdb.DuckDBPyConnection, text: str, params: list[Any]) -> list[Row]:

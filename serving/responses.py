@@ -34,11 +34,12 @@ from fastapi import HTTPException, Response
 from starlette.concurrency import run_in_threadpool
 
 from serving.batch_reader import BatchSnapshot
+from serving.deps import Stores
 from serving.queries import ViewQuery, encoded_rows, key_known, rolled_up_rows
 from serving.result_cache import Encoded
-from serving.speed_tables import SpeedTables
 from shared.domain.events import format_instant
 from shared.domain.merge import Row, Source, sources_for
+from shared.platform.speed_tables import SpeedTables
 
 
 def _instant(moment: datetime) -> str:
@@ -71,42 +72,48 @@ class ViewRows:
     """``hit``, ``miss`` or ``bypass`` (see the module's docstring)."""
     speed_watermark: datetime | None
     """The speed watermark the rows' ``final`` was decided by."""
+    consistency: str
+    """The answer's consistency token (:mod:`serving.consistency`)."""
 
 
 async def view_rows(
-    query: ViewQuery,
-    batch: BatchSnapshot | None,
-    speed: SpeedTables,
-    roll_up_to: timedelta | None = None,
+    query: ViewQuery, stores: Stores, roll_up_to: timedelta | None = None
 ) -> ViewRows:
     """A query's merged rows, encoded (``serving.queries``); cached if batch-only.
 
     The speed watermark is read once: it decides which speed rows are final,
-    and the response reports it.
+    and the response reports it. The consistency token is taken before the
+    rows are read; an answer that takes speed rows is refused (409) if the
+    speed watermark is older than the request's ``max_staleness``.
 
     A cache hit is answered on the event loop, and so is a small read
     (:func:`reads_on_event_loop`); a larger one reads the stores (DuckDB, which
     blocks) and encodes in the thread pool, as a plain endpoint would.
     """
+    batch, speed = stores.batch, stores.speed
     watermark = speed.watermark
     query = dataclasses.replace(query, final_before=speed.final_before(query.view, watermark))
+    token = stores.token().encode()
     if batch is None:
+        stores.check_staleness(watermark)
         rows = await _read(query, batch, speed, roll_up_to)
-        return ViewRows(rows, None, None, "bypass", watermark)
+        return ViewRows(rows, None, None, "bypass", watermark, token)
     horizon, version = batch.version.horizon, batch.version.version
     speed_takes_part = Source.SPEED in sources_for(
         query.start, query.end, horizon, query.view.horizon
     )
+    if speed_takes_part:
+        stores.check_staleness(watermark)
     if not batch.cache.enabled or speed_takes_part:
         rows = await _read(query, batch, speed, roll_up_to)
-        return ViewRows(rows, horizon, version, "bypass", watermark)
+        return ViewRows(rows, horizon, version, "bypass", watermark, token)
     key = (query.key(), roll_up_to)  # batch rows only: final whatever the watermark
     found = batch.cache.get(key)
     if found is not None:
-        return ViewRows(found, horizon, version, "hit", watermark)
+        return ViewRows(found, horizon, version, "hit", watermark, token)
     rows = await _read(query, batch, speed, roll_up_to)
     batch.cache.put(key, rows)
-    return ViewRows(rows, horizon, version, "miss", watermark)
+    return ViewRows(rows, horizon, version, "miss", watermark, token)
 
 
 EVENT_LOOP_SPAN = timedelta(days=1)
@@ -150,6 +157,7 @@ def view_response(view: ViewRows, granularity: str | None = None) -> Response:
     if granularity is not None:
         head["granularity"] = granularity
     head["truncated"] = view.rows.truncated
+    head["consistency"] = view.consistency
     opened = json.dumps(head, separators=(",", ":"))[:-1].encode()  # without the closing brace
     return Response(
         b"".join((opened, b',"rows":', view.rows.json, b"}")),
@@ -158,13 +166,13 @@ def view_response(view: ViewRows, granularity: str | None = None) -> Response:
     )
 
 
-async def one_key_response(
-    query: ViewQuery, batch: BatchSnapshot | None, speed: SpeedTables, not_found: str
-) -> Response:
+async def one_key_response(query: ViewQuery, stores: Stores, not_found: str) -> Response:
     """The answer to a query of one key's rows (its single filter); 404 with ``not_found``
     if the range holds none and neither store has ever held the key."""
     [(column, value)] = query.filters.items()
-    rows = await view_rows(query, batch, speed)
-    if not rows.rows.count and not await run_in_threadpool(key_known, column, value, batch, speed):
+    rows = await view_rows(query, stores)
+    if not rows.rows.count and not await run_in_threadpool(
+        key_known, column, value, stores.batch, stores.speed
+    ):
         raise HTTPException(404, detail=not_found)
     return view_response(rows)

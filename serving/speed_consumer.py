@@ -19,6 +19,12 @@ has written), and would keep every old row whose micro-batch id is above the
 new job's. So the consumer notes each topic's id (KIP-516: a topic created
 again has a new one), asks for them with the end offsets, and on a new id
 empties that view's table and reads the new topic from its start.
+
+The consumer also notes which input offsets the rows it has applied reflect
+(:class:`serving.consistency.InputProgress`), for the consistency token of
+every answer: after reading speed-query progress reports it asks for the
+store's end offsets (at most every ``INPUT_ENDS_EVERY_S``), and once it has read
+up to them the reports' input offsets count.
 """
 
 from __future__ import annotations
@@ -27,13 +33,12 @@ import logging
 import threading
 import time
 import uuid
-from functools import partial
 
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.consumer.fetcher import ConsumerRecord
 from kafka.errors import KafkaTimeoutError
 
-from serving.speed_tables import BadSpeedRecordError, SpeedTables
+from serving.consistency import InputProgress, Offsets
 from shared.domain.view_specs import VIEW_NAMES
 from shared.platform.kafka_admin import (
     KafkaTopicsMissingError,
@@ -43,6 +48,8 @@ from shared.platform.kafka_admin import (
     kafka_consumer,
 )
 from shared.platform.logs import log_event
+from shared.platform.speed_reader import apply_polled
+from shared.platform.speed_tables import SpeedTables
 from shared.settings import Settings
 
 logger = logging.getLogger("lambdaline.serving")
@@ -56,6 +63,8 @@ it is not ready."""
 RETRY_S = 2.0
 END_OFFSETS_EVERY_S = 5.0
 """How often the end offsets are asked for: the lag's age, and how soon a lost broker shows."""
+INPUT_ENDS_EVERY_S = 0.1
+"""How often, at most, end offsets are asked for to settle the progress reports read."""
 REJECTIONS_LOGGED = 20
 """Records skipped as not rows of their view that are logged one by one; the rest are counted."""
 
@@ -85,6 +94,7 @@ class SpeedConsumer:
         """Why the last attempt to follow the cluster failed, until one succeeds."""
         self.following = False
         """Connected and reading (the end offsets answered); False while retrying."""
+        self.input_progress = InputProgress(settings.topics.inputs())
 
     def start(self) -> None:
         log_event(
@@ -111,6 +121,16 @@ class SpeedConsumer:
         return sum(
             max(0, end - self._positions.get(partition, 0)) for partition, end in self._ends.items()
         )
+
+    def materialised(self) -> tuple[Offsets, Offsets]:
+        """What this worker has applied: the next offset it reads of each partition of the
+        ``speed.<view>`` topics, and the input offsets those rows reflect
+        (:mod:`serving.consistency`)."""
+        speed: dict[str, dict[int, int]] = {}
+        for partition, position in list(self._positions.items()):
+            if partition.topic in self.views_by_topic:
+                speed.setdefault(partition.topic, {})[partition.partition] = position
+        return speed, self.input_progress.offsets
 
     def _consumer(self) -> KafkaConsumer:
         return kafka_consumer(
@@ -162,7 +182,8 @@ class SpeedConsumer:
                 log_event(logger, "speed_consumer_recovered", after=self.error)
                 self.error = None
             self.following = True
-            asked = time.monotonic()
+            asked = ends_for_reports = time.monotonic()
+            views = [p for p in partitions if p.topic != self.progress_topic]
             while not self._stop.is_set():
                 if time.monotonic() - asked >= END_OFFSETS_EVERY_S:
                     ends = self._end_offsets(consumer, partitions)  # raises if the broker is lost
@@ -174,20 +195,26 @@ class SpeedConsumer:
                     asked = time.monotonic()
                 batches = consumer.poll(timeout_ms=200, max_records=5000)
                 for partition, records in batches.items():
-                    if partition.topic == self.progress_topic:
-                        for record in records:
-                            try:
-                                self.tables.note_progress(record.value)
-                            except BadSpeedRecordError as error:
-                                self._rejected(record, str(error))
-                    else:
-                        view = self.views_by_topic[partition.topic]
-                        rejected = partial(self._rejected_at, records)
-                        self.tables.apply(view, ((r.key, r.value) for r in records), rejected)
+                    reports = apply_polled(
+                        self.tables, self.views_by_topic, records, self._rejected
+                    )
+                    for report in reports:
+                        self.input_progress.reported(
+                            str(report["query"]), report.get("source_end_offsets")
+                        )
                     self._positions[partition] = records[-1].offset + 1
                     self.records_read += len(records)
                 if not self.caught_up.is_set():
                     self._note_positions(consumer, partitions)
+                if self.input_progress.has_reports:
+                    if (
+                        self.input_progress.awaiting_ends
+                        and time.monotonic() - ends_for_reports >= INPUT_ENDS_EVERY_S
+                    ):
+                        self.input_progress.ends_asked(self._end_offsets(consumer, views))
+                        ends_for_reports = time.monotonic()
+                    self._note_positions(consumer, views)  # local: positions are known
+                    self.input_progress.positions_reached(self._positions)
                 if not self.caught_up.is_set() and self.lag == 0:
                     self.caught_up.set()
                     log_event(logger, "speed_store_caught_up", records=self.records_read)
@@ -225,6 +252,7 @@ class SpeedConsumer:
                 for partition in [p for p in self._positions if p.topic == topic]:
                     del self._positions[partition]
             self._ends = None  # those seen at start were the old topics'
+            self.input_progress.forget()
             log_event(
                 logger, "speed_topics_recreated", topics=recreated, rows_cleared=cleared,
                 then="reading them from the start",
@@ -250,9 +278,6 @@ class SpeedConsumer:
                 f"Kafka at {self.settings.kafka.bootstrap} stopped answering (no end offsets in "
                 f"{BOOTSTRAP_TIMEOUT_MS / 1000:g} s); serving the speed rows read so far"
             ) from None
-
-    def _rejected_at(self, records: list[ConsumerRecord], position: int, why: str) -> None:
-        self._rejected(records[position], why)
 
     def _rejected(self, record: ConsumerRecord, why: str) -> None:
         """A record skipped as not a row of its view: counted, and the first ones logged."""

@@ -563,6 +563,10 @@ class ServingSettings(SettingsGroup):
         "small concurrent queries (the workers run them side by side), more help a few "
         "large roll-ups",
     )  # fmt: skip
+    after_wait: PositiveDuration = Field(
+        timedelta(seconds=5), description="longest a request with `after=` waits for its "
+        "worker to materialise what the token names before answering 409",
+    )  # fmt: skip
 
 
 class DemoSettings(SettingsGroup):

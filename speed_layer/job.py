@@ -52,7 +52,7 @@ from speed_layer.checkpoint import (
     claim_state_store,
 )
 from speed_layer.lookups import diagnostic_counts, entry_lookups, publish_lookups
-from speed_layer.progress import ProgressPublisher, listening
+from speed_layer.progress import ProgressPublisher, late_rows_reported, listening
 from speed_layer.speed_store import view_writer
 
 logger = logging.getLogger("lambdaline.speed")
@@ -259,7 +259,7 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
     # request: the main thread is inside a py4j call (awaitTermination), which
     # it must not leave half-way (shared.platform.streaming)
     with (
-        contextlib.closing(ProgressPublisher(settings)) as publisher,
+        contextlib.closing(ProgressPublisher(settings, late_rows_reported(settings))) as publisher,
         listening(spark, publisher),
         stop_requests(on_signal=stopping) as stop,
     ):

@@ -3,7 +3,11 @@
 The record (keyed by query name, so the compacted topic keeps each query's
 latest) carries the query's event-time watermark, which the serving layer
 publishes as ``speed_watermark``, and the rates, duration and late-row count
-taken from Spark's own query progress. It also carries the job's
+taken from Spark's own query progress. ``late_rows_total`` counts the rows the
+query has dropped as late since its store began: a job started again goes on
+from its latest record's count. A micro-batch whose record was not sent before
+the driver died is not counted (the next batch run's corrections report it as
+rows only in batch). It also carries the job's
 ``view_settings`` (window, max_trip): the serving layer compares them with its
 own, since it labels and checks granularities by its own window.
 
@@ -33,6 +37,7 @@ from pyspark.sql import SparkSession
 
 from shared.platform.kafka_admin import kafka_producer
 from shared.platform.logs import log_event
+from shared.platform.speed_reader import read_speed_store
 from shared.settings import Settings
 
 logger = logging.getLogger("lambdaline.speed")
@@ -119,10 +124,24 @@ def progress_record(progress: Mapping[str, Any]) -> dict[str, Any]:
         "processed_rows_per_second": progress.get("processedRowsPerSecond"),
         "batch_duration_ms": progress.get("batchDuration"),
         "rows_dropped_by_watermark": sum(op["numRowsDroppedByWatermark"] for op in operators),
+        # late_rows_total: added by ProgressPublisher, which keeps the count
         "state_rows": sum(op["numRowsTotal"] for op in operators),
         "state_operators": state_operators(progress),
         "source_end_offsets": [_offsets(source.get("endOffset")) for source in progress["sources"]],
     }
+
+
+def late_rows_reported(settings: Settings) -> dict[str, int]:
+    """Each query's ``late_rows_total`` in its latest ``speed.progress`` record (the
+    topic is compacted by query, so a job started again goes on from there)."""
+    tables = read_speed_store(settings, views=(), timeout_s=60)
+    try:
+        return {
+            query: int(report.get("late_rows_total") or 0)
+            for query, report in tables.reports.items()
+        }
+    finally:
+        tables.close()
 
 
 class QueryEvents(Protocol):
@@ -183,9 +202,12 @@ def listening(spark: SparkSession, receiver: QueryEvents) -> Iterator[None]:
 class ProgressPublisher:
     """Logs each micro-batch and publishes it to ``speed.progress`` (:class:`QueryEvents`)."""
 
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Settings, late_rows_before: Mapping[str, int] | None = None):
+        """``late_rows_before``: each query's ``late_rows_total`` in its latest record
+        (:func:`late_rows_reported`), which this job's counts go on from."""
         self.topic = settings.topics.speed_progress
         self.view_settings = settings.views.labels
+        self.late_rows_total = dict(late_rows_before or {})
         self.producer = kafka_producer(settings.kafka, "lambdaline-speed-progress", linger_ms=0)
         self._terminated: set[str] = set()
         self._terminated_changed = threading.Condition()
@@ -198,8 +220,11 @@ class ProgressPublisher:
         # where the batch's time went (latestOffset, getBatch, queryPlanning,
         # addBatch, walCommit, commitOffsets...): in the log only
         log_event(logger, "micro_batch", **record, phases_ms=progress.get("durationMs", {}))
-        key = (record["query"] or "unnamed").encode()
-        published = {**record, "view_settings": self.view_settings}
+        query = record["query"] or "unnamed"
+        total = self.late_rows_total.get(query, 0) + record["rows_dropped_by_watermark"]
+        self.late_rows_total[query] = total
+        key = query.encode()
+        published = {**record, "late_rows_total": total, "view_settings": self.view_settings}
         self.producer.send(self.topic, key=key, value=json.dumps(published).encode())
 
     def terminated(self, event: dict[str, Any]) -> None:

@@ -61,7 +61,6 @@ from lambdaline.generator import GeneratorConfig, send_to_kafka
 from lambdaline.kafka_broker import ephemeral_broker, free_port
 from lambdaline.processes import Supervisor, log_tail, wait_until_answers
 from serving.speed_consumer import SpeedConsumer
-from serving.speed_tables import SpeedTables
 from shared.domain.events import (
     format_instant,
 )
@@ -70,6 +69,7 @@ from shared.platform.batch_store import STORE_TABLE_BY_NAME, read_current, versi
 from shared.platform.jvm import pom_properties
 from shared.platform.kafka_admin import kafka_consumer, kafka_producer
 from shared.platform.kafka_security import security_environment
+from shared.platform.speed_tables import SpeedTables
 from shared.platform.topic_admin import create_topics
 from shared.settings import Settings
 

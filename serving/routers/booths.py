@@ -9,21 +9,20 @@ from fastapi import HTTPException, Query, Response
 from starlette.concurrency import run_in_threadpool
 
 from serving.deps import (
-    BatchDep,
     Limit,
     SettingsDep,
-    SpeedDep,
+    StoresDep,
     TimeRangeDep,
     invalid_query,
     keyed_router,
 )
-from serving.models import Problem, response_model
+from serving.models import response_model
 from serving.queries import ViewQuery, key_known
 from serving.responses import one_key_response, view_response, view_rows
 from shared.domain.view_specs import BOOTH_ROLLING, BOOTH_STATS
 from shared.settings import duration_label
 
-router = keyed_router("/v1", "booth stats")
+router = keyed_router("/v1", "booth stats", views=True)
 
 Granularity = Literal["5m", "1h", "1d"]
 GRANULARITIES = {"5m": timedelta(minutes=5), "1h": timedelta(hours=1), "1d": timedelta(days=1)}
@@ -41,8 +40,7 @@ async def _stats(
     time_range: TimeRangeDep,
     granularity: Granularity | None,
     limit: int,
-    batch: BatchDep,
-    speed: SpeedDep,
+    stores: StoresDep,
     settings: SettingsDep,
 ) -> Response:
     window = settings.views.window
@@ -55,11 +53,11 @@ async def _stats(
         )  # fmt: skip
     filters = {"booth_id": booth_id} if booth_id is not None else {}
     query = ViewQuery(BOOTH_STATS, time_range.start, time_range.end, filters, limit)
-    rows = await view_rows(query, batch, speed, None if size == window else size)
+    rows = await view_rows(query, stores, None if size == window else size)
     if (
         booth_id is not None
         and not rows.rows.count
-        and not await run_in_threadpool(key_known, "booth_id", booth_id, batch, speed)
+        and not await run_in_threadpool(key_known, "booth_id", booth_id, stores.batch, stores.speed)
     ):
         raise HTTPException(404, detail="booth not found")
     return view_response(rows, granularity or duration_label(window))
@@ -68,44 +66,39 @@ async def _stats(
 @router.get(
     "/booths/{booth_id}/stats",
     response_model=response_model(BOOTH_STATS),
-    responses={404: {"model": Problem}},
 )
 async def booth_stats(
     booth_id: str,
     time_range: TimeRangeDep,
-    batch: BatchDep,
-    speed: SpeedDep,
+    stores: StoresDep,
     settings: SettingsDep,
     granularity: GranularityQuery = None,
     limit: Limit = 10_000,
 ) -> Response:
     """Vehicles and tolls at one booth in [from, to), batch below the horizon, speed from it."""
-    return await _stats(booth_id, time_range, granularity, limit, batch, speed, settings)
+    return await _stats(booth_id, time_range, granularity, limit, stores, settings)
 
 
 @router.get("/stats", response_model=response_model(BOOTH_STATS))
 async def all_booth_stats(
     time_range: TimeRangeDep,
-    batch: BatchDep,
-    speed: SpeedDep,
+    stores: StoresDep,
     settings: SettingsDep,
     granularity: GranularityQuery = None,
     limit: Limit = 10_000,
 ) -> Response:
     """Vehicles and tolls at every booth in [from, to)."""
-    return await _stats(None, time_range, granularity, limit, batch, speed, settings)
+    return await _stats(None, time_range, granularity, limit, stores, settings)
 
 
 @router.get(
     "/booths/{booth_id}/rolling",
     response_model=response_model(BOOTH_ROLLING),
-    responses={404: {"model": Problem}},
 )
 async def booth_rolling(
     booth_id: str,
     time_range: TimeRangeDep,
-    batch: BatchDep,
-    speed: SpeedDep,
+    stores: StoresDep,
     limit: Limit = 10_000,
 ) -> Response:
     """Vehicles and tolls at one booth in hopping windows (1 hour every 5 minutes unless the
@@ -116,4 +109,4 @@ async def booth_rolling(
     query = ViewQuery(
         BOOTH_ROLLING, time_range.start, time_range.end, {"booth_id": booth_id}, limit
     )
-    return await one_key_response(query, batch, speed, "booth not found")
+    return await one_key_response(query, stores, "booth not found")

@@ -6,7 +6,14 @@ from collections.abc import Mapping
 
 from fastapi import APIRouter, Response
 
-from serving.deps import BatchReaderDep, SettingsDep, SpeedConsumerDep, SpeedDep, keyed_router
+from serving.deps import (
+    BatchReaderDep,
+    SettingsDep,
+    SpeedConsumerDep,
+    SpeedDep,
+    keyed_router,
+    worker_token,
+)
 from serving.models import LostInputRange, StateOperator, StatusResponse
 from shared.domain.view_specs import VIEW_NAMES
 from shared.platform.batch_store import BatchVersion, read_current
@@ -66,6 +73,7 @@ def status(
 ) -> StatusResponse:
     """Which batch version is served, its horizon, and how far the speed store has got."""
     version = reader.version
+    consistency = worker_token(version, consumer).encode()
     found = (
         reader.error,
         consumer.error if consumer else None,
@@ -91,6 +99,7 @@ def status(
         },
         speed_records_rejected=speed.rejected,
         errors=errors,
+        consistency=consistency,
     )
 
 

@@ -4,45 +4,41 @@ from __future__ import annotations
 
 from fastapi import Response
 
-from serving.deps import BatchDep, Limit, SpeedDep, TimeRangeDep, keyed_router
-from serving.models import Problem, response_model
+from serving.deps import Limit, StoresDep, TimeRangeDep, keyed_router
+from serving.models import response_model
 from serving.queries import ViewQuery
 from serving.responses import one_key_response
 from shared.domain.view_specs import VEHICLE_TRIPS, VEHICLE_VISITS
 
-router = keyed_router("/v1", "vehicles")
+router = keyed_router("/v1", "vehicles", views=True)
 PLATE = "license_plate"
 
 
 @router.get(
     "/vehicles/{license_plate}/trips",
     response_model=response_model(VEHICLE_TRIPS),
-    responses={404: {"model": Problem}},
 )
 async def vehicle_trips(
     license_plate: str,
     time_range: TimeRangeDep,
-    batch: BatchDep,
-    speed: SpeedDep,
+    stores: StoresDep,
     limit: Limit = 1000,
 ) -> Response:
     """Trips of one vehicle entering in [from, to): entry joined to its earliest exit."""
     query = ViewQuery(
         VEHICLE_TRIPS, time_range.start, time_range.end, {PLATE: license_plate}, limit
     )
-    return await one_key_response(query, batch, speed, "vehicle not found")
+    return await one_key_response(query, stores, "vehicle not found")
 
 
 @router.get(
     "/vehicles/{license_plate}/visits",
     response_model=response_model(VEHICLE_VISITS),
-    responses={404: {"model": Problem}},
 )
 async def vehicle_visits(
     license_plate: str,
     time_range: TimeRangeDep,
-    batch: BatchDep,
-    speed: SpeedDep,
+    stores: StoresDep,
     limit: Limit = 1000,
 ) -> Response:
     """Visits of one vehicle starting in [from, to): runs of its entries less than the
@@ -54,4 +50,4 @@ async def vehicle_visits(
     query = ViewQuery(
         VEHICLE_VISITS, time_range.start, time_range.end, {PLATE: license_plate}, limit
     )
-    return await one_key_response(query, batch, speed, "vehicle not found")
+    return await one_key_response(query, stores, "vehicle not found")

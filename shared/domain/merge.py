@@ -75,6 +75,14 @@ def final_cut(
     return watermark - sum((durations[name] for name in view.final.plus), timedelta())
 
 
+HORIZON_SQL: Mapping[Horizon, tuple[str, str]] = {
+    Horizon.TIME_BEFORE: ("<", ">="),
+    Horizon.END_AT_OR_BEFORE: ("<=", ">"),
+}
+"""Each horizon rule's comparison of a row's ``horizon_column`` with H in SQL, batch side
+then speed side: :func:`merge_at_horizon`'s rule, for the stores' queries."""
+
+
 def merge_at_horizon(
     view: ViewSpec,
     batch_rows: Iterable[Mapping[str, Any]],
@@ -125,7 +133,7 @@ def best_candidates(view: ViewSpec, candidates: Iterable[Mapping[str, Any]]) -> 
     its rule ranks best, if it is shown, as the view's columns, in key order.
 
     The serving layer keeps the same rows as it reads the records
-    (``serving.speed_tables``); this is the rule written plainly.
+    (``shared.platform.speed_tables``); this is the rule written plainly.
     """
     rule = view.candidates
     assert view.combine is Combine.BEST_CANDIDATE and rule is not None, view.combine

@@ -7,7 +7,7 @@ spec and in the view function, and nowhere else:
 
 - the batch store's DuckDB table and key order
   (``shared.platform.batch_store.StoreTable.of``), which the speed store's
-  tables copy (``serving.speed_tables``);
+  tables copy (``shared.platform.speed_tables``);
 - the speed record, keyed by the view key (a candidate's by the view key and
   its rank), with the columns as its value
   (``speed_layer.speed_store.speed_records``), and how the records of one key
@@ -88,7 +88,7 @@ class Candidates:
 
     The same rule picks a view's row from its candidates in both layers: the
     batch layer by an aggregate per view key (``shared.domain.views.best_candidates``),
-    the serving layer as it materialises the speed store (``serving.speed_tables``).
+    the serving layer as it materialises the speed store (``shared.platform.speed_tables``).
     """
 
     rank: tuple[str, ...]

@@ -198,7 +198,7 @@ def best_candidates(view: ViewSpec, candidates: DataFrame, by: Sequence[str]) ->
     candidate (an outer join's, its first rank column null) ranks below every
     real one; with none at all the candidate columns are null. The serving
     layer combines the speed layer's candidate records by the same rule
-    (``serving.speed_tables``).
+    (``shared.platform.speed_tables``).
     """
     rule = view.candidates
     assert rule is not None, f"{view.name} has no candidates"

@@ -5,10 +5,13 @@ this module and nothing of each other. Layout under ``settings.batch_store``::
 
     CURRENT                      JSON pointer to the served version (see BatchVersion)
     versions/00000007.duckdb     one immutable DuckDB file per published version
+    ROLLED_BACK                  JSON list of the kept versions `batch rollback` withdrew
 
 A version file holds one table per view (shaped by its spec, :class:`StoreTable.of`), the
-``dead_letters`` table and ``lambdaline_version`` (one row: the version's own
-manifest, the same JSON as ``CURRENT`` holds when it is served). Times are
+``dead_letters`` table, ``lambdaline_version`` (one row: the version's own
+manifest, the same JSON as ``CURRENT`` holds when it is served) and
+``corrections`` (its rows that differ from the speed layer's final ones, each side
+as JSON, when the run compared them). Times are
 DuckDB ``TIMESTAMP`` values in UTC. Rows are stored in key order, so the same
 inputs give the same file contents.
 
@@ -25,8 +28,10 @@ from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
-from shared.domain.events import format_instant, parse_instant
-from shared.domain.view_specs import VIEWS, ColumnType, ViewSpec
+import duckdb
+
+from shared.domain.events import INSTANT_STRFTIME, format_instant, parse_instant
+from shared.domain.view_specs import VIEWS, Column, ColumnType, ViewSpec
 
 DUCKDB_TYPES: Mapping[ColumnType, str] = {
     ColumnType.TEXT: "VARCHAR",
@@ -38,6 +43,17 @@ DUCKDB_TYPES: Mapping[ColumnType, str] = {
     ColumnType.TEXT_LIST: "VARCHAR[]",
 }
 """Each view column type as both stores hold it."""
+
+
+def wire_sql(column: Column, qualifier: str | None = None) -> str:
+    """A stored column as the API writes it, in DuckDB SQL: instants (ISO-8601 UTC with
+    milliseconds) and money as strings; ``qualifier``: the table or alias it is of."""
+    name = f'"{column.name}"' if qualifier is None else f'{qualifier}."{column.name}"'
+    if column.type is ColumnType.INSTANT:
+        return f"strftime({name}, '{INSTANT_STRFTIME}')"
+    if column.type is ColumnType.MONEY:
+        return f"CAST({name} AS VARCHAR)"
+    return name
 
 
 @dataclass(frozen=True)
@@ -96,6 +112,13 @@ STORE_TABLE_BY_NAME = {table.name: table for table in STORE_TABLES}
 MANIFEST_TABLE = "lambdaline_version"
 POINTER_FILE = "CURRENT"
 VERSIONS_DIR = "versions"
+ROLLED_BACK_FILE = "ROLLED_BACK"
+CORRECTIONS_TABLE = "corrections"
+"""A version's rows that differ from the speed layer's (``batch_layer.corrections``)."""
+
+
+class BatchStoreError(Exception):
+    """The batch store cannot do what was asked; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -149,7 +172,9 @@ class BatchVersion:
     ``view_settings`` are the settings its rows were computed under
     (``ViewSettings.labels``). ``lost_input`` lists every range of input records
     the master dataset will never hold (:class:`LostInput`), so the version's rows
-    lack them too.
+    lack them too. ``corrections`` summarises how its rows of the days it newly
+    covers differ from the speed layer's final rows (``batch_layer.corrections``;
+    None: not compared).
     """
 
     version: int
@@ -161,6 +186,7 @@ class BatchVersion:
     ingest_batch: int | None
     view_settings: dict[str, str]
     lost_input: tuple[LostInput, ...] = ()
+    corrections: Mapping[str, Any] | None = None
     path: str = field(default="")
 
     def __post_init__(self) -> None:
@@ -179,6 +205,7 @@ class BatchVersion:
             "ingest_batch": self.ingest_batch,
             "view_settings": self.view_settings,
             "lost_input": [lost.to_document() for lost in self.lost_input],
+            "corrections": self.corrections,
         }
         return json.dumps(document, indent=2, sort_keys=True) + "\n"
 
@@ -201,6 +228,7 @@ class BatchVersion:
             lost_input=tuple(
                 LostInput.from_document(lost) for lost in document.get("lost_input", [])
             ),
+            corrections=document.get("corrections"),
         )
 
 
@@ -220,3 +248,61 @@ def read_current(store: Path) -> BatchVersion | None:
     except FileNotFoundError:
         return None
     return BatchVersion.from_json(text)
+
+
+def version_numbers(store: Path) -> list[int]:
+    """The numbers of the version files kept, oldest first."""
+    versions = store / VERSIONS_DIR
+    if not versions.is_dir():
+        return []
+    return sorted(int(path.stem) for path in versions.glob("[0-9]*.duckdb"))
+
+
+def read_manifest(path: Path, threads: int | None = None) -> BatchVersion:
+    """The manifest a version file carries about itself. ``threads``: as the process's
+    other connections to the file have it (DuckDB refuses a connection of other
+    settings to a file the process has open)."""
+    config: dict[str, str | bool | int | float | list[str]] = (
+        {"threads": threads} if threads else {}
+    )
+    with duckdb.connect(str(path), read_only=True, config=config) as connection:
+        row = connection.execute(f"SELECT manifest FROM {MANIFEST_TABLE}").fetchone()
+    if row is None:
+        raise BatchStoreError(f"{path} has no manifest")
+    return BatchVersion.from_json(str(row[0]))
+
+
+def read_rolled_back(store: Path) -> frozenset[int]:
+    """The versions ``batch rollback`` withdrew: each kept version newer than the one it
+    went back to, until a rollback goes to it again. Their rows are not served."""
+    try:
+        text = (store / ROLLED_BACK_FILE).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return frozenset()
+    return frozenset(int(number) for number in json.loads(text))
+
+
+@dataclass(frozen=True)
+class ListedVersion:
+    manifest: BatchVersion
+    current: bool
+    rolled_back: bool
+
+
+def list_versions(store: Path, threads: int | None = None) -> list[ListedVersion]:
+    """Every version file in the store, oldest first; exactly one is current if any is
+    (``threads``: :func:`read_manifest`'s)."""
+    current = read_current(store)
+    withdrawn = read_rolled_back(store)
+    listed = []
+    for number in version_numbers(store):
+        path = version_file(store, number)
+        try:
+            manifest = read_manifest(path, threads)
+        except duckdb.Error:
+            if path.exists():
+                raise
+            continue  # deleted meanwhile (a run keeps the newest batch_keep_versions)
+        is_current = current is not None and current.version == number
+        listed.append(ListedVersion(manifest, is_current, number in withdrawn))
+    return listed

@@ -39,8 +39,8 @@ from lambdaline.kafka_broker import free_port
 from lambdaline.processes import wait_until_answers
 from serving.main import create_app
 from serving.speed_consumer import SpeedConsumer
-from serving.speed_tables import SpeedTables
 from shared.platform.batch_store import STORE_TABLE_BY_NAME, read_current, version_file
+from shared.platform.speed_tables import SpeedTables
 from shared.platform.topic_admin import create_topics
 from shared.settings import Settings
 from speed_layer import job

@@ -14,8 +14,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from serving.speed_consumer import SpeedConsumer
-from serving.speed_tables import SpeedTables
 from shared.platform.kafka_admin import records_written
+from shared.platform.speed_tables import SpeedTables
 from shared.platform.streaming import KafkaDataLossError
 from shared.platform.topic_admin import create_topics, delete_topics
 from shared.settings import Settings

@@ -19,7 +19,7 @@ from batch_layer.publish import empty_store_tables, publish_version
 from serving.batch_reader import BatchReader
 from serving.deps import app_settings, speed_tables
 from serving.main import create_app
-from serving.speed_tables import SpeedTables
+from shared.platform.speed_tables import SpeedTables
 from shared.settings import Settings
 
 KEY = {"X-API-Key": "test-key"}
@@ -211,7 +211,8 @@ def fill_speed(tables: SpeedTables) -> None:
 
 
 class CaughtUp:
-    """In place of the speed consumer (``speed_consumer`` overridden): caught up, no error."""
+    """In place of the speed consumer (``speed_consumer`` overridden): caught up, no error,
+    offsets set by hand."""
 
     lag = 0
     error = None
@@ -220,6 +221,14 @@ class CaughtUp:
         @staticmethod
         def is_set() -> bool:
             return True
+
+    def __init__(self) -> None:
+        """What it has materialised (``serving.consistency``), for a test to move on."""
+        self.speed = {"speed.booth_stats": {0: 12, 1: 7}}
+        self.inputs = {"toll.entries": {0: 40, 1: 33}}
+
+    def materialised(self) -> tuple[dict[str, dict[int, int]], dict[str, dict[int, int]]]:
+        return self.speed, self.inputs
 
 
 def app_on_filled_stores(state_dir: Path, reader: BatchReader | None = None) -> FastAPI:

@@ -13,16 +13,15 @@ import pyarrow as pa
 import pytest
 from typer.testing import CliRunner
 
-from batch_layer.publish import (
-    BatchStoreError,
-    empty_store_tables,
-    list_versions,
-    publish_version,
-    rollback,
-    run_lock,
-)
+from batch_layer.publish import empty_store_tables, publish_version, rollback, run_lock
 from lambdaline.cli import app
-from shared.platform.batch_store import read_current, version_file
+from shared.platform.batch_store import (
+    BatchStoreError,
+    list_versions,
+    read_current,
+    read_rolled_back,
+    version_file,
+)
 
 
 def booth_rows(*rows: tuple[str, str, int]) -> pa.Table:
@@ -140,6 +139,21 @@ def test_rollback_moves_the_pointer_and_refuses_unknown_versions(tmp_path: Path)
     assert [v.current for v in list_versions(tmp_path)] == [True, False]
     with pytest.raises(BatchStoreError, match=r"version 7 is not in .* \(kept versions: 1, 2\)"):
         rollback(tmp_path, 7)
+
+
+def test_a_rollback_withdraws_the_newer_versions_until_one_goes_back_to_them(
+    tmp_path: Path,
+) -> None:
+    for _ in range(3):
+        publish(tmp_path, booth_rows(), [], 5)
+    rollback(tmp_path, 1)
+    assert read_rolled_back(tmp_path) == {2, 3}
+    publish(tmp_path, booth_rows(), [], 5)  # version 4, on version 1's rows
+    assert [(v.manifest.version, v.rolled_back) for v in list_versions(tmp_path)] == [
+        (1, False), (2, True), (3, True), (4, False)
+    ]  # fmt: skip
+    rollback(tmp_path, 3)  # back to 3: 2 stays withdrawn, 4 is newer than 3
+    assert read_rolled_back(tmp_path) == {2, 4}
 
 
 def test_leftovers_of_a_killed_publish_are_removed(tmp_path: Path) -> None:

@@ -28,10 +28,10 @@ from batch_layer.publish import empty_store_tables, publish_version
 from serving.batch_reader import BatchSnapshot
 from serving.queries import ViewQuery, encoded_rows, naive_utc, rolled_up_rows
 from serving.responses import encode_rows, reads_on_event_loop
-from serving.speed_tables import SpeedTables, speed_columns
 from shared.domain.merge import Row, Source, merge_at_horizon, roll_up, sources_for
 from shared.domain.view_specs import BOOTH_STATS, VEHICLE_TRIPS, VIEW_BY_NAME
 from shared.platform.batch_store import STORE_TABLE_BY_NAME, read_current
+from shared.platform.speed_tables import SpeedTables, speed_columns
 from tests.unit.api_stores import (
     VIEW_SETTINGS,
     booth_row,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from serving.speed_tables import BadSpeedRecordError, SpeedTables
+from shared.platform.speed_tables import BadSpeedRecordError, SpeedTables
 
 
 def record(window: str, count: int, toll: str, batch_id: int) -> tuple[bytes, bytes]:

@@ -18,7 +18,6 @@ from pyspark.sql import SparkSession
 
 from serving.models import response_model, row_model
 from serving.queries import ViewQuery
-from serving.speed_tables import _speed_ddl
 from shared.domain.merge import Source, roll_up
 from shared.domain.view_specs import (
     BOOTH_STATS,
@@ -32,6 +31,7 @@ from shared.domain.view_specs import (
 )
 from shared.domain.views import all_views
 from shared.platform.batch_store import StoreTable
+from shared.platform.speed_tables import _speed_ddl
 from shared.settings import Settings
 from speed_layer.speed_store import speed_records
 

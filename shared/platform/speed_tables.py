@@ -227,6 +227,8 @@ class SpeedTables:
         """Each query's ``view_settings`` as its latest progress record gave them."""
         self.state_by_query: dict[str, list[dict[str, Any]]] = {}
         """Each query's stateful operators as its latest progress record gave them."""
+        self.reports: dict[str, dict[str, Any]] = {}
+        """Each query's latest progress record, whole."""
         self.rejected = 0
         """Records skipped as not rows of their view (or not progress reports)."""
         for view in VIEWS:
@@ -321,10 +323,11 @@ class SpeedTables:
         self.watermarks = {}  # new dicts: readers may be iterating the old ones
         self.view_settings_by_query = {}
         self.state_by_query = {}
+        self.reports = {}
 
-    def note_progress(self, raw: bytes | None) -> None:
+    def note_progress(self, raw: bytes | None) -> dict[str, Any]:
         """Record a query's event-time watermark and view settings from a
-        ``speed.progress`` record.
+        ``speed.progress`` record; returns the record.
 
         Raises BadSpeedRecordError (a ValueError) for a record that is not a progress
         report; the caller skips it.
@@ -343,6 +346,8 @@ class SpeedTables:
             self.watermarks[str(query)] = moment
         self.view_settings_by_query[str(query)] = view_settings
         self.state_by_query[str(query)] = state
+        self.reports[str(query)] = progress
+        return progress  # type: ignore[no-any-return]
 
     @property
     def view_settings(self) -> list[dict[str, str]]:

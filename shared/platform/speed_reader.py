@@ -1,0 +1,95 @@
+"""Reading the speed store into :class:`SpeedTables`: each poll's records applied, and
+the whole store read once to its end (what a batch run compares its rows with).
+
+The API's consumer (``serving.speed_consumer``) follows the store for good and
+applies each poll with :func:`apply_polled`; :func:`read_speed_store` reads it
+once, to the end offsets it found, with the same function.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from kafka import TopicPartition
+from kafka.consumer.fetcher import ConsumerRecord
+
+from shared.domain.view_specs import VIEW_NAMES
+from shared.platform.kafka_admin import KafkaTopicsMissingError, kafka_consumer
+from shared.platform.speed_tables import BadSpeedRecordError, SpeedTables
+from shared.settings import Settings
+
+Rejected = Callable[[ConsumerRecord, str], None]
+"""Told of a record skipped as not a row of its view (or not a progress report), and why."""
+
+
+def apply_polled(
+    tables: SpeedTables,
+    views_by_topic: Mapping[str, str],
+    records: list[ConsumerRecord],
+    rejected: Rejected | None = None,
+) -> list[dict[str, Any]]:
+    """Apply one partition's polled records: rows of a ``speed.<view>`` topic (a topic of
+    ``views_by_topic``), else progress reports. Returns the progress reports read."""
+    if not records:
+        return []
+    view = views_by_topic.get(records[0].topic)
+    if view is not None:
+
+        def reject(position: int, why: str) -> None:
+            if rejected is not None:
+                rejected(records[position], why)
+
+        tables.apply(view, ((r.key, r.value) for r in records), reject)
+        return []
+    reports = []
+    for record in records:
+        try:
+            reports.append(tables.note_progress(record.value))
+        except BadSpeedRecordError as error:
+            if rejected is not None:
+                rejected(record, str(error))
+    return reports
+
+
+def read_speed_store(
+    settings: Settings, views: Sequence[str] = VIEW_NAMES, timeout_s: float = 300.0
+) -> SpeedTables:
+    """The speed store as it is now: the ``speed.<view>`` topics of ``views`` and
+    ``speed.progress`` read from the start to the end offsets found at the start.
+
+    Raises ``KafkaTopicsMissingError`` if a topic is missing, ``TimeoutError`` if
+    the end is not reached within ``timeout_s``, and Kafka's errors if the cluster
+    cannot be reached.
+    """
+    views_by_topic = {settings.topics.speed(view): view for view in views}
+    topics = [*views_by_topic, settings.topics.speed_progress]
+    tables = SpeedTables(views=settings.views)
+    consumer = kafka_consumer(
+        settings.kafka, "lambdaline-speed-reader", group_id=None, auto_offset_reset="earliest"
+    )
+    try:
+        found = {topic: consumer.partitions_for_topic(topic) for topic in topics}
+        if missing := [topic for topic, numbers in found.items() if not numbers]:
+            raise KafkaTopicsMissingError(settings.kafka.bootstrap, missing)
+        partitions = [
+            TopicPartition(topic, number)
+            for topic, numbers in found.items()
+            for number in sorted(numbers or ())
+        ]
+        consumer.assign(partitions)
+        consumer.seek_to_beginning(*partitions)
+        ends = consumer.end_offsets(partitions)
+        deadline = time.monotonic() + timeout_s
+        while any(consumer.position(p) < end for p, end in ends.items() if end > 0):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the speed store was not read to its end in {timeout_s:g} s")
+            for batch in consumer.poll(timeout_ms=500, max_records=10_000).values():
+                apply_polled(tables, views_by_topic, batch)
+    except BaseException:
+        tables.close()
+        raise
+    finally:
+        consumer.close()
+    return tables
