@@ -236,8 +236,10 @@ def record_corrections(
             for view in VIEWS
         },
         "late_rows_total": totals,
+        # a total below the previous one: `speed reset` started the store (and its counts) over
         "late_rows_since_previous": {
-            query: total - before.get(query, 0) for query, total in totals.items()
+            query: total - before.get(query, 0) if total >= before.get(query, 0) else total
+            for query, total in totals.items()
         },
     }
     return summary
