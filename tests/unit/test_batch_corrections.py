@@ -100,33 +100,29 @@ def test_a_version_counts_and_keeps_what_it_corrected_of_the_days_it_newly_cover
     assert rows[1][2] is None and rows[2][3] is None  # the side that has no row
 
 
+def late_rows_since_previous(store: Path, late_rows_total: int) -> object:
+    """Publish a version against a speed store whose booth_stats query reports this total."""
+    tables = speed_store("2026-01-07T02:00:00.000Z")
+    tables.note_progress(json.dumps({
+        "query": "speed.booth_stats", "watermark": "2026-01-07T02:00:00.000Z",
+        "late_rows_total": late_rows_total, "view_settings": VIEW_SETTINGS,
+    }).encode())  # fmt: skip
+    version = publish_version(
+        store, empty_store_tables(), [], datetime(2026, 1, 7, tzinfo=UTC), 2, 5,
+        view_settings=VIEW_SETTINGS, speed=SpeedSide(tables),
+    )  # fmt: skip
+    assert version.corrections is not None
+    return version.corrections["late_rows_since_previous"]
+
+
 def test_late_rows_since_the_previous_version_start_over_with_the_speed_store(
     tmp_path: Path,
 ) -> None:
     publish_batch(tmp_path)
     publish_next_day(tmp_path, speed_store("2026-01-07T02:00:00.000Z"))  # 3 late rows so far
-    tables = speed_store("2026-01-07T02:00:00.000Z")
-    tables.note_progress(json.dumps({
-        "query": "speed.booth_stats", "watermark": "2026-01-07T02:00:00.000Z",
-        "late_rows_total": 5, "view_settings": VIEW_SETTINGS,
-    }).encode())  # fmt: skip
-    version = publish_version(
-        tmp_path, empty_store_tables(), [], datetime(2026, 1, 7, tzinfo=UTC), 2, 5,
-        view_settings=VIEW_SETTINGS, speed=SpeedSide(tables),
-    )  # fmt: skip
-    assert version.corrections is not None
-    assert version.corrections["late_rows_since_previous"] == {"speed.booth_stats": 2}
-    reset = speed_store("2026-01-07T02:00:00.000Z")  # after `speed reset`: 1 since it began
-    reset.note_progress(json.dumps({
-        "query": "speed.booth_stats", "watermark": "2026-01-07T02:00:00.000Z",
-        "late_rows_total": 1, "view_settings": VIEW_SETTINGS,
-    }).encode())  # fmt: skip
-    again = publish_version(
-        tmp_path, empty_store_tables(), [], datetime(2026, 1, 7, tzinfo=UTC), 2, 5,
-        view_settings=VIEW_SETTINGS, speed=SpeedSide(reset),
-    )  # fmt: skip
-    assert again.corrections is not None
-    assert again.corrections["late_rows_since_previous"] == {"speed.booth_stats": 1}
+    assert late_rows_since_previous(tmp_path, 5) == {"speed.booth_stats": 2}
+    # after `speed reset` the store's counts began again: 1 since then
+    assert late_rows_since_previous(tmp_path, 1) == {"speed.booth_stats": 1}
 
 
 def test_speed_rows_not_final_yet_are_not_compared(tmp_path: Path) -> None:
