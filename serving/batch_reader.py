@@ -17,9 +17,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 import duckdb
 
@@ -48,6 +49,13 @@ class VersionRefusedError(Exception):
         self.status = status
 
 
+class Closable(Protocol):
+    def close(self) -> None: ...
+
+
+C = TypeVar("C", bound=Closable)
+
+
 class BatchSnapshot:
     """One opened version, shared by the requests that started while it was current."""
 
@@ -60,6 +68,7 @@ class BatchSnapshot:
     ):
         """``version``: as ``CURRENT`` names it, or a number (the file's own manifest is read)."""
         path = version_file(store, version) if isinstance(version, int) else store / version.path
+        self.path = path
         self.connection = duckdb.connect(
             str(path), read_only=True, config={"threads": threads} if threads else {}
         )
@@ -78,6 +87,7 @@ class BatchSnapshot:
         self._users = 0
         self._retired = False
         self._lock = threading.Lock()
+        self._kept: dict[str, Closable] = {}
 
     def acquire(self) -> None:
         with self._lock:
@@ -88,14 +98,32 @@ class BatchSnapshot:
             self._users -= 1
             close = self._retired and self._users == 0
         if close:
-            self.connection.close()
+            self._close()
 
     def retire(self) -> None:
         with self._lock:
             self._retired = True
             close = self._users == 0
         if close:
-            self.connection.close()
+            self._close()
+
+    def kept(self, name: str, make: Callable[[], C], valid: Callable[[C], bool]) -> C:
+        """Something built once for this version (e.g. the SQL sandbox), closed with it;
+        built again if ``valid`` says the one held is no longer usable."""
+        with self._lock:
+            held = self._kept.get(name)
+            if held is not None and valid(held):  # type: ignore[arg-type]
+                return held  # type: ignore[return-value]
+            made = make()
+            self._kept[name] = made
+        if held is not None:
+            held.close()
+        return made
+
+    def _close(self) -> None:
+        for held in self._kept.values():
+            held.close()
+        self.connection.close()
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
         return self.connection.cursor()

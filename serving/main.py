@@ -31,7 +31,7 @@ from serving.metrics import (
 )
 from serving.metrics import router as metrics_router
 from serving.queries import naive_utc
-from serving.routers import alerts, booths, diagnostics, status, vehicles, versions
+from serving.routers import alerts, booths, diagnostics, sql, status, vehicles, versions
 from serving.speed_consumer import SpeedConsumer
 from shared.platform.logs import log_event
 from shared.platform.speed_tables import SpeedTables
@@ -74,6 +74,8 @@ def create_app(
             if consumer is not None:
                 consumer.stop()
             reader.stop()
+            if (sandbox := getattr(app.state, "sql_sandbox", None)) is not None:
+                sandbox.close()  # the one of no batch version; a version's closes with it
             process_stopped()
 
     # /docs and /redoc with their scripts served by the app itself: FastAPI's own
@@ -93,7 +95,7 @@ def create_app(
     app.add_exception_handler(ConflictError, _conflict)  # type: ignore[arg-type]
     for router in (
         booths.router, vehicles.router, alerts.router, diagnostics.router, status.keyed,
-        versions.router,
+        versions.router, sql.router,
     ):  # fmt: skip
         app.include_router(router)
     app.include_router(status.router)

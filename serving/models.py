@@ -238,3 +238,34 @@ class Conflict(BaseModel):
         None, description="`max_staleness`: how old the speed watermark is"
     )
     speed_watermark: Instant | None = None
+
+
+class SqlRequest(BaseModel):
+    """A read-only query over the merged views (one ``SELECT``)."""
+
+    query: str = Field(
+        min_length=1,
+        max_length=100_000,
+        description="one SELECT over the views booth_stats, vehicle_trips, "
+        "expired_registrations, diagnostics, booth_rolling, vehicle_visits: the rows their "
+        "endpoints return, `final` and `source` included",
+        examples=["SELECT booth_id, sum(vehicles) FROM booth_stats GROUP BY 1 ORDER BY 1"],
+    )
+
+
+class SqlColumn(BaseModel):
+    name: str
+    type: str = Field(description="DuckDB's type of the column")
+
+
+class SqlResponse(BaseModel):
+    """A query's answer: its columns, then its rows as lists in column order (instants
+    ISO-8601 UTC, DECIMAL as text, as the endpoints write them)."""
+
+    horizon: Instant | None
+    batch_version: int | None
+    speed_watermark: Instant | None
+    consistency: str = Field(description=CONSISTENCY)
+    columns: list[SqlColumn]
+    rows: list[list[Any]]
+    truncated: bool = Field(description="the answer stopped at `sql_rows` rows")

@@ -52,6 +52,31 @@ def naive_utc(moment: datetime) -> datetime:
     return moment.astimezone(UTC).replace(tzinfo=None)
 
 
+def side_sql(view: ViewSpec, side: Source, horizon: datetime | None) -> tuple[list[str], list[Any]]:
+    """The merge rule for one side of the horizon H as SQL conditions on the view's table
+    and their parameters: the view's horizon rule (``shared.domain.merge.merge_at_horizon``'s),
+    and on the speed side, a withdrawn candidate is no row."""
+    side_column = f'"{view.name}"."{view.horizon_column}"'
+    batch_side, speed_side = HORIZON_SQL[view.horizon]
+    conditions = [f"{side_column} {batch_side if side is Source.BATCH else speed_side} ?"]
+    params: list[Any] = [naive_utc(horizon) if horizon is not None else datetime.min]
+    shown_if = view.candidates.shown_if if view.candidates is not None else None
+    if side is Source.SPEED and shown_if is not None:
+        conditions.append(f'"{view.name}"."{shown_if}"')
+    return conditions, params
+
+
+def final_sql(view: ViewSpec, side: Source, final_before: datetime | None) -> tuple[str, list[Any]]:
+    """Whether a row of one side is final, as SQL: every batch row is; a speed row once
+    the watermark has passed its view's ``final`` rule (``final_before``:
+    ``shared.platform.speed_tables.SpeedTables.final_before``; None: no speed row is)."""
+    if side is Source.BATCH:
+        return "true", []
+    if final_before is None:
+        return "false", []
+    return f'("{view.name}"."{view.final.column}" <= ?)', [naive_utc(final_before)]
+
+
 @dataclass(frozen=True)
 class ViewQuery:
     """Rows of a view whose time column lies in [start, end), with equality filters."""
@@ -81,25 +106,11 @@ class ViewQuery:
             assert column in view.by_name  # names come from code, values are parameters
             conditions.append(f'"{view.name}"."{column}" = ?')
             params.append(value)
-        side_column = f'"{view.name}"."{view.horizon_column}"'
-        batch_side, speed_side = HORIZON_SQL[view.horizon]
-        conditions.append(f"{side_column} {batch_side if side is Source.BATCH else speed_side} ?")
-        params.append(naive_utc(horizon) if horizon is not None else datetime.min)
-        shown_if = view.candidates.shown_if if view.candidates is not None else None
-        if side is Source.SPEED and shown_if is not None:  # a withdrawn candidate is no row
-            conditions.append(f'"{view.name}"."{shown_if}"')
-        return " AND ".join(conditions), params
+        side_conditions, side_params = side_sql(view, side, horizon)
+        return " AND ".join([*conditions, *side_conditions]), [*params, *side_params]
 
     def _final(self, side: Source) -> tuple[str, list[Any]]:
-        """Whether a row of one side is final, as SQL: every batch row is; a speed row
-        once the watermark has passed its view's ``final`` rule."""
-        if side is Source.BATCH:
-            return "true", []
-        if self.final_before is None:
-            return "false", []
-        return f'("{self.view.name}"."{self.view.final.column}" <= ?)', [
-            naive_utc(self.final_before)
-        ]
+        return final_sql(self.view, side, self.final_before)
 
     def _limited(self, text: str, params: list[Any]) -> tuple[str, list[Any]]:
         """One row more than the limit, so that the answer can say whether the range holds more."""

@@ -567,6 +567,30 @@ class ServingSettings(SettingsGroup):
         timedelta(seconds=5), description="longest a request with `after=` waits for its "
         "worker to materialise what the token names before answering 409",
     )  # fmt: skip
+    sql_timeout: PositiveDuration = Field(
+        timedelta(seconds=10), description="longest a `POST /v1/sql` query runs before it "
+        "is interrupted (400)",
+    )  # fmt: skip
+    sql_rows: int = Field(
+        10_000, ge=1, le=1_000_000, description="most rows a `POST /v1/sql` answer holds "
+        "(its `truncated` says if there were more)",
+    )  # fmt: skip
+    sql_memory_mb: int = Field(
+        256, ge=16, description="per API worker: DuckDB memory limit of the `POST /v1/sql` "
+        "sandbox (a query needing more fails; nothing spills to disk)",
+    )  # fmt: skip
+    stream_buffer: int = Field(
+        10_000, ge=1, description="per API worker: `GET /v1/stream` events kept for a "
+        "client resuming with `Last-Event-ID` (an older id gets `reset`)",
+    )  # fmt: skip
+    stream_queue: int = Field(
+        1_000, ge=1, description="`GET /v1/stream` events queued for one client; a client "
+        "that falls further behind is disconnected",
+    )  # fmt: skip
+    stream_heartbeat: PositiveDuration = Field(
+        timedelta(seconds=15), description="how often `GET /v1/stream` sends a `heartbeat` "
+        "event (the speed layer's status)",
+    )  # fmt: skip
 
 
 class DemoSettings(SettingsGroup):
