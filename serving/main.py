@@ -8,16 +8,19 @@ speed-store consumer. Tests pass their own stores instead.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import duckdb
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from fastapi_offline import FastAPIOffline
 from starlette.concurrency import run_in_threadpool
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from serving.batch_reader import BatchReader
 from serving.deps import ConflictError
@@ -31,8 +34,22 @@ from serving.metrics import (
 )
 from serving.metrics import router as metrics_router
 from serving.queries import naive_utc
-from serving.routers import alerts, booths, diagnostics, sql, status, vehicles, versions
+from serving.routers import (
+    alerts,
+    booths,
+    diagnostics,
+    sql,
+    status,
+    stream,
+    vehicles,
+    versions,
+)
+from serving.routers.stream import ABORT
 from serving.speed_consumer import SpeedConsumer
+from serving.stream import HORIZON, WATERMARK, Event, StreamHub
+from shared.domain.events import format_instant
+from shared.domain.view_specs import VIEWS
+from shared.platform.batch_store import BatchVersion
 from shared.platform.logs import log_event
 from shared.platform.speed_tables import SpeedTables
 from shared.settings import Settings, get_settings
@@ -56,14 +73,19 @@ def create_app(
     reader = batch_reader or BatchReader(
         settings.batch_store, cache_bytes=settings.serving.cache_mb * 2**20, threads=threads
     )
-    consumer = SpeedConsumer(settings, tables) if follow_kafka else None
+    hub = StreamHub(settings.serving.stream_buffer, settings.serving.stream_queue)
+    consumer = SpeedConsumer(settings, tables, hub) if follow_kafka else None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         reader.start()
+        hub.start(asyncio.get_running_loop())
         if consumer is not None:
             consumer.start()
-        tasks = [asyncio.create_task(_prune_speed_store(reader, tables, settings.speed.retention))]
+        tasks = [
+            asyncio.create_task(_prune_speed_store(reader, tables, settings.speed.retention)),
+            asyncio.create_task(_announce(app)),
+        ]
         if multiprocess_mode():  # its gauges must be current whichever worker a scrape reaches
             tasks.append(asyncio.create_task(_refresh_gauges(app)))
         try:
@@ -86,21 +108,123 @@ def create_app(
         version="0.1.0",
         lifespan=lifespan,
     )
+    build_stack = app.build_middleware_stack  # outside Starlette's own error handling,
+    # whose `send` is its own: uvicorn's must be reached
+    app.build_middleware_stack = lambda: AbortableConnections(build_stack())  # type: ignore[method-assign]
     app.state.settings = settings
     app.state.batch_reader = reader
     app.state.speed_tables = tables
     app.state.speed_consumer = consumer
     app.state.metrics = Metrics()
+    app.state.stream_hub = hub
+    hub.on_drop = app.state.metrics.stream_dropped.inc
+    app.state.stream_greeting = lambda: _greeting(app)
+    app.state.stream_status = lambda: _stream_status(app)
     app.add_middleware(LatencyMiddleware, metrics=app.state.metrics)
     app.add_exception_handler(ConflictError, _conflict)  # type: ignore[arg-type]
     for router in (
         booths.router, vehicles.router, alerts.router, diagnostics.router, status.keyed,
-        versions.router, sql.router,
+        versions.router, sql.router, stream.router,
     ):  # fmt: skip
         app.include_router(router)
     app.include_router(status.router)
     app.include_router(metrics_router)
     return app
+
+
+class AbortableConnections:
+    """Outermost ASGI layer: gives each HTTP request a way to abort its connection
+    (``serving.routers.stream.ABORT``).
+
+    An ASGI app that stops answering leaves the server to ``close()`` the
+    connection, and asyncio closes it only once its unsent bytes are written:
+    a stream client that never reads would keep its connection, and its
+    buffers, for good. uvicorn's ``send`` is its request cycle's, whose
+    transport can ``abort()`` at once; under another server nothing is added,
+    and a stream dropped for being slow ends as that server ends a response.
+    """
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        transport = getattr(getattr(send, "__self__", None), "transport", None)
+        if scope["type"] == "http" and hasattr(transport, "abort"):
+            scope[ABORT] = transport.abort  # type: ignore[union-attr]
+        await self.app(scope, receive, send)
+
+
+def _greeting(app: FastAPI) -> list[Event]:
+    """What a new stream client is told first: the horizon and the watermark as they are."""
+    return [
+        Event(HORIZON, _json(_horizon_document(app.state.batch_reader.version))),
+        Event(WATERMARK, _json(_watermark_document(app.state.speed_tables))),
+    ]
+
+
+def _json(document: dict[str, Any]) -> str:
+    return json.dumps(document, separators=(",", ":"), default=str)
+
+
+def _instant(moment: datetime | None) -> str | None:
+    if moment is None:
+        return None
+    return format_instant(moment if moment.tzinfo else moment.replace(tzinfo=UTC))
+
+
+def _horizon_document(version: BatchVersion | None) -> dict[str, Any]:
+    return {
+        "batch_version": version.version if version else None,
+        "horizon": _instant(version.horizon) if version else None,
+        "corrections": version.corrections if version else None,
+    }
+
+
+def _watermark_document(tables: SpeedTables) -> dict[str, Any]:
+    watermark = tables.watermark
+    return {
+        "speed_watermark": _instant(watermark),
+        "final_before": {
+            view.name: _instant(tables.final_before(view, watermark)) for view in VIEWS
+        },
+    }
+
+
+def _stream_status(app: FastAPI) -> dict[str, Any]:
+    """A ``heartbeat`` event's: the speed consumer's health and lag."""
+    consumer: SpeedConsumer | None = app.state.speed_consumer
+    return {
+        "time": _instant(datetime.now(UTC)),
+        "speed_consumer_following": consumer.following if consumer else False,
+        "speed_caught_up": consumer.caught_up.is_set() if consumer else False,
+        "speed_lag_records": consumer.lag if consumer else None,
+        "speed_error": consumer.error if consumer else None,
+    }
+
+
+ANNOUNCE_EVERY_S = 0.5
+"""How often the stream looks for a new batch version or speed watermark to announce."""
+
+
+async def _announce(app: FastAPI) -> None:
+    """Tell stream clients of each new batch version (``horizon``) and watermark."""
+    hub: StreamHub = app.state.stream_hub
+    reader: BatchReader = app.state.batch_reader
+    tables: SpeedTables = app.state.speed_tables
+    announced: tuple[Any, ...] = ()
+    watermark = tables.watermark
+    while True:
+        version = reader.version
+        hub.horizon = naive_utc(version.horizon) if version else None
+        now = (version.version, version.horizon) if version else ()
+        if now != announced:
+            if announced or now:
+                hub.announce(HORIZON, _horizon_document(version))
+            announced = now
+        if tables.watermark != watermark:
+            watermark = tables.watermark
+            hub.announce(WATERMARK, _watermark_document(tables))
+        await asyncio.sleep(ANNOUNCE_EVERY_S)
 
 
 async def _conflict(request: Request, error: ConflictError) -> JSONResponse:

@@ -102,6 +102,20 @@ class Metrics:
             "served one",
             ["query"], multiprocess_mode="livemax",
         )  # fmt: skip
+        self.stream_clients = gauge(
+            "lambdaline_stream_clients", "clients of GET /v1/stream", multiprocess_mode="livesum",
+        )  # fmt: skip
+        self.stream_queued = gauge(
+            "lambdaline_stream_queued_events",
+            "events queued for the GET /v1/stream client furthest behind (it is dropped at "
+            "the stream_queue setting)",
+            multiprocess_mode="livemax",
+        )  # fmt: skip
+        self.stream_dropped = Counter(
+            "lambdaline_stream_clients_dropped",
+            "GET /v1/stream clients disconnected for reading slower than rows arrived",
+            registry=self.registry,
+        )  # fmt: skip
         self.speed_rejected = gauge(
             "lambdaline_speed_records_rejected",
             "speed-store records skipped as not rows of their view, since start",
@@ -164,6 +178,8 @@ def refresh_gauges(app: FastAPI) -> None:
     watermark = state.speed_tables.watermark
     metrics.speed_watermark.set(watermark.timestamp() if watermark else 0)
     metrics.speed_rejected.set(state.speed_tables.rejected)
+    metrics.stream_clients.set(len(state.stream_hub.clients))
+    metrics.stream_queued.set(state.stream_hub.most_queued)
 
 
 def process_stopped() -> None:

@@ -39,7 +39,8 @@ from kafka.consumer.fetcher import ConsumerRecord
 from kafka.errors import KafkaTimeoutError
 
 from serving.consistency import InputProgress, Offsets
-from shared.domain.view_specs import VIEW_NAMES
+from serving.stream import StreamHub
+from shared.domain.view_specs import VIEW_BY_NAME, VIEW_NAMES
 from shared.platform.kafka_admin import (
     KafkaTopicsMissingError,
     TopicFacts,
@@ -49,7 +50,7 @@ from shared.platform.kafka_admin import (
 )
 from shared.platform.logs import log_event
 from shared.platform.speed_reader import apply_polled
-from shared.platform.speed_tables import SpeedTables
+from shared.platform.speed_tables import ChangedRow, SpeedTables
 from shared.settings import Settings
 
 logger = logging.getLogger("lambdaline.serving")
@@ -76,7 +77,8 @@ class BrokerLostError(Exception):
 class SpeedConsumer:
     """A background thread materialising the speed store into :class:`SpeedTables`."""
 
-    def __init__(self, settings: Settings, tables: SpeedTables):
+    def __init__(self, settings: Settings, tables: SpeedTables, hub: StreamHub | None = None):
+        """``hub``: told the rows each poll changes (``GET /v1/stream``)."""
         self.settings = settings
         self.tables = tables
         self.views_by_topic = {settings.topics.speed(view): view for view in VIEW_NAMES}
@@ -95,6 +97,7 @@ class SpeedConsumer:
         self.following = False
         """Connected and reading (the end offsets answered); False while retrying."""
         self.input_progress = InputProgress(settings.topics.inputs())
+        self.hub = hub
 
     def start(self) -> None:
         log_event(
@@ -196,8 +199,9 @@ class SpeedConsumer:
                 batches = consumer.poll(timeout_ms=200, max_records=5000)
                 for partition, records in batches.items():
                     reports = apply_polled(
-                        self.tables, self.views_by_topic, records, self._rejected
-                    )
+                        self.tables, self.views_by_topic, records, self._rejected,
+                        self._changed if self.hub is not None else None,
+                    )  # fmt: skip
                     for report in reports:
                         self.input_progress.reported(
                             str(report["query"]), report.get("source_end_offsets")
@@ -249,6 +253,8 @@ class SpeedConsumer:
                 else:
                     view = self.views_by_topic[topic]
                     cleared[view] = self.tables.clear(view)
+                    if self.hub is not None:
+                        self.hub.restarted(view)
                 for partition in [p for p in self._positions if p.topic == topic]:
                     del self._positions[partition]
             self._ends = None  # those seen at start were the old topics'
@@ -278,6 +284,12 @@ class SpeedConsumer:
                 f"Kafka at {self.settings.kafka.bootstrap} stopped answering (no end offsets in "
                 f"{BOOTSTRAP_TIMEOUT_MS / 1000:g} s); serving the speed rows read so far"
             ) from None
+
+    def _changed(self, view: str, records: list[ConsumerRecord], rows: list[ChangedRow]) -> None:
+        """The rows a poll changed, to the stream's clients, final as the watermark says now."""
+        assert self.hub is not None
+        final_before = self.tables.final_before(VIEW_BY_NAME[view], self.tables.watermark)
+        self.hub.rows(view, records, rows, final_before)
 
     def _rejected(self, record: ConsumerRecord, why: str) -> None:
         """A record skipped as not a row of its view: counted, and the first ones logged."""

@@ -584,8 +584,8 @@ class ServingSettings(SettingsGroup):
         "client resuming with `Last-Event-ID` (an older id gets `reset`)",
     )  # fmt: skip
     stream_queue: int = Field(
-        1_000, ge=1, description="`GET /v1/stream` events queued for one client; a client "
-        "that falls further behind is disconnected",
+        10_000, ge=1, description="`GET /v1/stream` events queued for one client; a client "
+        "whose queue still holds this many when more arrive is disconnected",
     )  # fmt: skip
     stream_heartbeat: PositiveDuration = Field(
         timedelta(seconds=15), description="how often `GET /v1/stream` sends a `heartbeat` "

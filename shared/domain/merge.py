@@ -128,6 +128,12 @@ _BATCH_SIDE: dict[Horizon, Callable[[Any, Any], bool]] = {
 """Whether a row is the batch store's: its ``horizon_column`` against H, by the view's rule."""
 
 
+def on_batch_side(view: ViewSpec, side: Any, horizon: datetime | str | None) -> bool:
+    """Whether a row whose ``horizon_column`` is ``side`` is the batch store's to answer
+    (False for every row while there is no horizon)."""
+    return horizon is not None and _BATCH_SIDE[view.horizon](side, horizon)
+
+
 def best_candidates(view: ViewSpec, candidates: Iterable[Mapping[str, Any]]) -> list[Row]:
     """A candidate view's rows from its speed records' values: per view key the candidate
     its rule ranks best, if it is shown, as the view's columns, in key order.

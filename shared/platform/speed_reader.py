@@ -17,11 +17,15 @@ from kafka.consumer.fetcher import ConsumerRecord
 
 from shared.domain.view_specs import VIEW_NAMES
 from shared.platform.kafka_admin import KafkaTopicsMissingError, kafka_consumer
-from shared.platform.speed_tables import BadSpeedRecordError, SpeedTables
+from shared.platform.speed_tables import BadSpeedRecordError, ChangedRow, SpeedTables
 from shared.settings import Settings
 
 Rejected = Callable[[ConsumerRecord, str], None]
 """Told of a record skipped as not a row of its view (or not a progress report), and why."""
+
+
+Changed = Callable[[str, list[ConsumerRecord], list[ChangedRow]], None]
+"""Told the view, the records applied and the rows they changed (each naming its record)."""
 
 
 def apply_polled(
@@ -29,9 +33,11 @@ def apply_polled(
     views_by_topic: Mapping[str, str],
     records: list[ConsumerRecord],
     rejected: Rejected | None = None,
+    changed: Changed | None = None,
 ) -> list[dict[str, Any]]:
     """Apply one partition's polled records: rows of a ``speed.<view>`` topic (a topic of
-    ``views_by_topic``), else progress reports. Returns the progress reports read."""
+    ``views_by_topic``), else progress reports. Returns the progress reports read;
+    ``changed`` is told the rows that changed."""
     if not records:
         return []
     view = views_by_topic.get(records[0].topic)
@@ -41,7 +47,11 @@ def apply_polled(
             if rejected is not None:
                 rejected(records[position], why)
 
-        tables.apply(view, ((r.key, r.value) for r in records), reject)
+        pairs = ((r.key, r.value) for r in records)
+        if changed is None:
+            tables.apply(view, pairs, reject)
+        else:
+            changed(view, records, tables.apply_changed(view, pairs, reject))
         return []
     reports = []
     for record in records:

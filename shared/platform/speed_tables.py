@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from functools import partial
@@ -38,7 +39,7 @@ from shared.domain.events import parse_instant
 from shared.domain.merge import final_cut
 from shared.domain.topics import DERIVED_QUERY_PREFIX
 from shared.domain.view_specs import VIEWS, Aggregate, Combine, ViewSpec
-from shared.platform.batch_store import DUCKDB_TYPES, STORE_TABLE_BY_NAME, StoreTable
+from shared.platform.batch_store import DUCKDB_TYPES, STORE_TABLE_BY_NAME, StoreTable, wire_sql
 from shared.settings import ViewSettings
 
 
@@ -141,6 +142,35 @@ def _typed(view: str, value: Any) -> list[Any]:
     return row
 
 
+@dataclass(frozen=True)
+class ChangedRow:
+    """A row an upsert inserted or replaced, as the API writes it (its wire JSON)."""
+
+    position: int
+    """The position, in the records given to ``apply``, of the record it came from."""
+    row: str
+    """The view's columns as a JSON object of their wire values (``wire_sql``)."""
+    side: datetime
+    """Its ``horizon_column``: which side of the horizon it lies on."""
+    final_at: datetime
+    """Its ``final.column``: it is final once the watermark's cut passes it."""
+    shown: bool
+    """False for a candidate its view no longer shows (``candidates.shown_if``)."""
+
+
+def _returning(view: ViewSpec) -> str:
+    """What an upsert returns of each row it changed: its key, then :class:`ChangedRow`'s
+    fields."""
+    key = ", ".join(f'"{name}"' for name in view.key)
+    fields = ", ".join(f'"{column.name}" := {wire_sql(column)}' for column in view.columns)
+    shown_if = view.candidates.shown_if if view.candidates is not None else None
+    shown = f'"{shown_if}"' if shown_if is not None else "true"
+    return (
+        f' RETURNING {key}, to_json(struct_pack({fields})), "{view.horizon_column}", '
+        f'"{view.final.column}", {shown}'
+    )
+
+
 def _upsert(view: ViewSpec) -> str:
     """Rows of the registered Arrow table ``incoming`` into the view's table, combined
     with the held ones as the view's spec says: a new key is inserted; a held one is
@@ -190,6 +220,7 @@ _KEY_POSITIONS = {
 }
 _REPLACES = {view.name: _replaces(view) for view in VIEWS}
 _UPSERT = {view.name: _upsert(view) for view in VIEWS}
+_UPSERT_RETURNING = {view.name: _upsert(view) + _returning(view) for view in VIEWS}
 
 
 Reject = Callable[[int, str], None]
@@ -246,8 +277,36 @@ class SpeedTables:
         the wrong type, a tombstone) is skipped and passed to ``reject``: one bad
         record must not stop the store, which would otherwise retry it forever.
         """
+        latest = self._latest(view, records, reject)
+        if not latest:
+            return 0
+        [(changed,)] = self._upsert(view, latest, _UPSERT[view])
+        return int(changed)
+
+    def apply_changed(
+        self,
+        view: str,
+        records: Iterable[tuple[bytes | None, bytes | None]],
+        reject: Reject | None = None,
+    ) -> list[ChangedRow]:
+        """:meth:`apply`, returning the rows it inserted or replaced, in the order of the
+        records they came from (what ``GET /v1/stream`` sends)."""
+        latest = self._latest(view, records, reject)
+        if not latest:
+            return []
+        width = len(_KEY_POSITIONS[view])
+        changed = [
+            ChangedRow(latest[tuple(returned[:width])][1], *returned[width:])
+            for returned in self._upsert(view, latest, _UPSERT_RETURNING[view])
+        ]
+        return sorted(changed, key=lambda row: row.position)
+
+    def _latest(
+        self, view: str, records: Iterable[tuple[bytes | None, bytes | None]], reject: Reject | None
+    ) -> dict[tuple[Any, ...], tuple[list[Any], int]]:
+        """The records as typed rows, one per view key (with its record's position)."""
         keys, replaces = _KEY_POSITIONS[view], _REPLACES[view]
-        latest: dict[tuple[Any, ...], list[Any]] = {}
+        latest: dict[tuple[Any, ...], tuple[list[Any], int]] = {}
         for position, (key, raw) in enumerate(records):
             try:
                 if key is None or raw is None:
@@ -262,24 +321,27 @@ class SpeedTables:
             # combined by the rule the upsert applies to the held row
             view_key = tuple(row[n] for n in keys)
             held = latest.get(view_key)
-            if held is None or replaces(row, held):
-                latest[view_key] = row
-        if not latest:
-            return 0
+            if held is None or replaces(row, held[0]):
+                latest[view_key] = (row, position)
+        return latest
+
+    def _upsert(
+        self, view: str, latest: dict[tuple[Any, ...], tuple[list[Any], int]], statement: str
+    ) -> list[tuple[Any, ...]]:
         # one INSERT over an Arrow table: DuckDB's executemany runs a statement per
         # row (measured ~350 rows/s), far below what the speed layer publishes
         names = [name for name, _, _ in _COLUMNS[view]]
-        columns = list(zip(*latest.values(), strict=True))
+        columns = list(zip(*(row for row, _ in latest.values()), strict=True))
         incoming = pa.table(dict(zip(names, map(list, columns), strict=True)))
         with self._lock:
             cursor = self.connection.cursor()
             try:
                 cursor.register("incoming", incoming)
-                [(changed,)] = cursor.execute(_UPSERT[view]).fetchall()
+                returned = cursor.execute(statement).fetchall()
                 cursor.unregister("incoming")
             finally:
                 cursor.close()
-        return int(changed)
+        return returned
 
     def prune(self, before: datetime) -> dict[str, int]:
         """Delete each view's rows whose horizon column (its time, or its end under

@@ -46,8 +46,10 @@ def client(tmp_path: Path) -> Iterator[TestClient]:
 def test_every_operation_answers_as_the_openapi_says(client: TestClient) -> None:
     schema = schemathesis.openapi.from_dict(client.get("/openapi.json").json())
     operations = [result.ok() for result in schema.get_all_operations()]
-    # the seven /v1 views, /v1/status, /v1/versions and its corrections, /healthz, /readyz, /metrics
-    assert len(operations) == 13
+    # the seven /v1 views, /v1/status, /v1/versions and its corrections, /v1/sql, /healthz,
+    # /readyz, /metrics; /v1/stream's answer never ends (tests/integration/test_stream.py)
+    operations = [operation for operation in operations if operation.path != "/v1/stream"]
+    assert len(operations) == 14
 
     for operation in operations:
 

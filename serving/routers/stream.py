@@ -1,0 +1,106 @@
+"""``GET /v1/stream``: Server-Sent Events of speed rows, horizons and watermarks
+(:mod:`serving.stream`)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Annotated, Any
+
+from fastapi import Header, Query, Request
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from serving.deps import invalid_query, keyed_router
+from serving.stream import HEARTBEAT, Client, Event, StreamHub, wire
+from shared.domain.view_specs import VIEW_NAMES
+
+router = keyed_router("/v1", "stream")
+
+ABORT = "lambdaline.abort"
+"""The scope key of a callable that aborts the request's connection (``serving.main.App``)."""
+
+
+class EventStream(Response):
+    """The stream of one client: queued events, heartbeats; ends when the client goes, or
+    aborts the connection if the hub dropped it."""
+
+    media_type = "text/event-stream"
+
+    def __init__(self, hub: StreamHub, client: Client, heartbeat_s: float, status: Any):
+        super().__init__(
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            media_type=self.media_type,
+        )
+        self.raw_headers = [h for h in self.raw_headers if h[0] != b"content-length"]  # open-ended
+        self.hub, self.client, self.heartbeat_s, self.status = hub, client, heartbeat_s, status
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        tasks = {
+            asyncio.create_task(self._send_events(send)),
+            asyncio.create_task(self._until_disconnect(receive)),
+            asyncio.create_task(self.client.dropped.wait()),
+        }
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in tasks:
+                task.cancel()
+            self.hub.unsubscribe(self.client)
+        if self.client.dropped.is_set() and ABORT in scope:
+            scope[ABORT]()
+            return
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _send_events(self, send: Send) -> None:
+        queue = self.client.queue
+        while True:
+            try:
+                event, event_id = await asyncio.wait_for(queue.get(), self.heartbeat_s)
+            except TimeoutError:
+                heartbeat = Event(HEARTBEAT, json.dumps(self.status(), default=str))
+                await send(
+                    {"type": "http.response.body", "body": wire(heartbeat, None), "more_body": True}
+                )
+                continue
+            chunk = [wire(event, event_id)]
+            while not queue.empty() and len(chunk) < 256:  # what is queued, in one write
+                chunk.append(wire(*queue.get_nowait()))
+            await send({"type": "http.response.body", "body": b"".join(chunk), "more_body": True})
+
+    @staticmethod
+    async def _until_disconnect(receive: Receive) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+
+@router.get(
+    "/stream",
+    response_model=None,
+    responses={200: {"content": {"text/event-stream": {}}, "description": "Server-Sent Events"}},
+)
+async def stream(
+    request: Request,
+    views: Annotated[
+        str,
+        Query(
+            description=f"comma-separated views whose speed rows to send: {', '.join(VIEW_NAMES)}"
+        ),
+    ] = "booth_stats,expired_registrations",
+    last_event_id: Annotated[
+        str | None, Header(description="resume after this event (what a browser sends again)")
+    ] = None,
+) -> Response:
+    """Speed rows as this worker materialises them (`row`), with `horizon`, `watermark`,
+    `heartbeat` and `reset` events; ids say where in the speed topics a row came from."""
+    asked = frozenset(filter(None, (name.strip() for name in views.split(","))))
+    unknown = sorted(asked - set(VIEW_NAMES))
+    if unknown or not asked:
+        raise invalid_query("views", views, f"unknown view(s) {', '.join(unknown) or '(none)'}; "
+                            f"choose from {', '.join(VIEW_NAMES)}")  # fmt: skip
+    state = request.app.state
+    hub: StreamHub = state.stream_hub
+    client = hub.subscribe(asked, last_event_id, state.stream_greeting())
+    heartbeat = state.settings.serving.stream_heartbeat.total_seconds()
+    return EventStream(hub, client, heartbeat, state.stream_status)
