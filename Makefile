@@ -5,7 +5,7 @@
 #   make test-faults  the fault-injection suite (tests/faults; also part of make test)
 # `make setup` is shared by both and idempotent: a virtual environment in .venv,
 # the package with its dev extras at the versions in constraints.txt (the ones
-# the suite last passed on), and the JVM jars resolved by Maven.
+# the suite last passed on), the JVM jars resolved by Maven, and Debian's chromium.
 # `make lock` moves constraints.txt to the newest versions pyproject.toml allows.
 
 PYTHON ?= python3
@@ -18,15 +18,28 @@ CONSTRAINTS ?= constraints.txt
 # the JDK that Spark, the broker and keytool run on: JAVA_HOME's, as their own scripts do
 JAVA   := $(if $(JAVA_HOME),$(JAVA_HOME)/bin/java,java)
 
-.PHONY: setup prerequisites jars demo test test-fast test-unit test-faults lint lock bench bench-soak bench-generator bench-batch clean
+.PHONY: setup prerequisites browser jars demo test test-fast test-unit test-faults lint lock bench bench-soak bench-generator bench-batch clean
 
-setup: prerequisites $(STAMP) jars
+setup: prerequisites $(STAMP) jars browser
 
 prerequisites:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "lambdaline needs Python >= 3.11; set PYTHON=python3.11")'
 	@command -v $(JAVA) >/dev/null || { echo "lambdaline needs a JDK 17+ ($(JAVA) not found)"; exit 1; }
 	@$(JAVA) -version 2>&1 | awk -F'"' '/version/ { split($$2, v, "."); if (v[1] < 17) { print "lambdaline needs JDK 17+, found " $$2; exit 1 } }'
 	@command -v mvn >/dev/null || { echo "lambdaline needs Maven (mvn not found)"; exit 1; }
+
+# headless Chromium, for the dashboard's browser test (tests/integration/test_dashboard.py):
+# Debian's package, installed when missing if this is root; otherwise named
+browser:
+	@command -v chromium >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing Debian's chromium (the dashboard's browser test)"; \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    apt-get install -y -q chromium >/dev/null 2>&1 || \
+	      { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }; \
+	  else \
+	    echo "note: the dashboard's browser test needs Chromium: apt-get install chromium (as root)"; \
+	  fi; }
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)

@@ -259,8 +259,12 @@ def banner(settings: Settings, api: str, key: str, clock: SimClock) -> list[str]
     minutes_per_day = clock.real_seconds(timedelta(days=1)) / 60
     return [
         "lambdaline demo: the Lambda architecture on this machine (Ctrl-C stops it all)",
+        f"  open     {api}/   the dashboard (it asks for the key: {key})",
         f"  API      {api}   OpenAPI {api}/docs",
         f"  status   curl -s {header} {api}/v1/status",
+        f'  sql      curl -s {header} -d \'{{"query": "SELECT booth_id, sum(vehicle_count) '
+        f"FROM booth_stats GROUP BY 1\"}}' {api}/v1/sql",
+        f"  stream   curl -sN {header} '{api}/v1/stream?views=booth_stats'",
         f"  query    curl -s {header} '{api}/v1/booths/booth-01/stats"
         f"?from={since}&to={until}&granularity=1h'",
         f"  rolling  curl -s {header} '{api}/v1/booths/booth-01/rolling?from={since}&to={until}'",

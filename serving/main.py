@@ -13,11 +13,13 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import duckdb
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
 from fastapi_offline import FastAPIOffline
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -129,7 +131,18 @@ def create_app(
         app.include_router(router)
     app.include_router(status.router)
     app.include_router(metrics_router)
+    app.mount("/dashboard", StaticFiles(directory=DASHBOARD), name="dashboard")
+    app.add_api_route("/", _dashboard, include_in_schema=False)
     return app
+
+
+DASHBOARD = Path(__file__).parent / "dashboard"
+"""The dashboard's page, script and style: in the package, so it needs no other host."""
+
+
+async def _dashboard() -> FileResponse:
+    """The dashboard (it asks for the API key, then reads /v1 with it)."""
+    return FileResponse(DASHBOARD / "index.html")
 
 
 class AbortableConnections:
@@ -187,6 +200,7 @@ def _watermark_document(tables: SpeedTables) -> dict[str, Any]:
         "final_before": {
             view.name: _instant(tables.final_before(view, watermark)) for view in VIEWS
         },
+        "final_column": {view.name: view.final.column for view in VIEWS},
     }
 
 
