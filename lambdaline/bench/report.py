@@ -135,8 +135,27 @@ def summary_table(results: dict[str, Any]) -> list[str]:
             f"{serving['requests_per_s']} req/s, p50 {serving['latency_ms']['p50']} ms / "
             f"p99 {serving['latency_ms']['p99']} ms, {serving['errors']} errors", "", "",
         ),
+        *_streams_row(serving.get("with_streams")),
     ]
     # fmt: on
+
+
+def _streams_row(streams: dict[str, Any] | None) -> list[str]:
+    """The booth-day latency with stream clients connected, beside the same load alone."""
+    if streams is None:  # results of a run before the benchmark measured it
+        return []
+    alone, together = streams["alone"]["latency_ms"], streams["with_streams"]["latency_ms"]
+    return [
+        _row(
+            f"serving, {streams['clients']} stream clients",
+            f"at {streams['offered_per_s']:g} req/s: p50 {together['p50']} ms / p99 "
+            f"{together['p99']} ms (alone: p50 {alone['p50']} ms / p99 {alone['p99']} ms); "
+            f"{streams['stream_rows']:,} rows pushed, {streams['streams_ended_early']} "
+            "streams ended early",
+            "",
+            "",
+        )
+    ]
 
 
 def readme_block(results: dict[str, Any], charts: dict[str, str], where: str) -> list[str]:

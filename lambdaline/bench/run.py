@@ -31,6 +31,8 @@ import io
 import json
 import os
 import secrets
+import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -57,9 +59,10 @@ from lambdaline.bench.measure import (
 )
 from lambdaline.bench.peer import peer_views
 from lambdaline.bench.report import write_charts, write_report
+from lambdaline.bench.streams import KEY_VARIABLE
 from lambdaline.generator import GeneratorConfig, send_to_kafka
 from lambdaline.kafka_broker import ephemeral_broker, free_port
-from lambdaline.processes import Supervisor, log_tail, wait_until_answers
+from lambdaline.processes import Supervisor, log_tail, stop_process, wait_until_answers
 from serving.speed_consumer import SpeedConsumer
 from shared.domain.events import (
     format_instant,
@@ -92,6 +95,12 @@ class BenchOptions:
     probe_interval_s: float = 1.0
     load_rates: tuple[float, ...] = (25.0, 50.0, 100.0, 200.0)
     load_seconds: float = 8.0
+
+
+STREAM_CLIENTS = 100
+"""``GET /v1/stream`` clients connected for the second run of :meth:`Bench._with_streams`."""
+STREAM_MARGIN_S = 4.0
+"""How much longer than the load they stay connected (they connect before it starts)."""
 
 
 def _ms(values: list[float]) -> dict[str, float]:
@@ -347,6 +356,7 @@ class Bench:
             self._wait_ready(client, server.log)
             self._load(port)
             self._freshness(client)
+            self._with_streams(port)
         finally:
             client.close()
             self.children.stop_all()
@@ -355,16 +365,17 @@ class Bench:
         if not wait_until_answers(client, 120):
             raise BenchError(f"the API did not become ready in 120 s:\n{log_tail(log)}")
 
+    @staticmethod
+    def _booth_day(rng: Any) -> tuple[str, dict[str, str]]:
+        """One booth's day of ``booth_stats``, at random among the dataset's."""
+        day = START.date() + timedelta(days=rng.randrange(DATA_DAYS))
+        return f"/v1/booths/booth-{rng.randrange(10) + 1:02d}/stats", {
+            "from": f"{day.isoformat()}T00:00:00Z",
+            "to": f"{(day + timedelta(days=1)).isoformat()}T00:00:00Z",
+        }
+
     def _load(self, port: int) -> None:
-        days = [START.date() + timedelta(days=n) for n in range(DATA_DAYS)]
-
-        def booth_day(rng: Any) -> tuple[str, dict[str, str]]:
-            day = days[rng.randrange(len(days))]
-            return f"/v1/booths/booth-{rng.randrange(10) + 1:02d}/stats", {
-                "from": f"{day.isoformat()}T00:00:00Z",
-                "to": f"{(day + timedelta(days=1)).isoformat()}T00:00:00Z",
-            }
-
+        booth_day = self._booth_day
         open_loop(port, self.api_key, booth_day, rate=20, seconds=2)  # warm up
         ramp: list[dict[str, Any]] = []
         for rate in self.options.load_rates:
@@ -414,6 +425,50 @@ class Bench:
         speed["freshness_not_seen"] = {
             view: len(sent) - len(samples) for view, samples in latencies.items()
         }
+
+    def _with_streams(self, port: int) -> None:
+        """The booth-day load at the ramp's first rate twice, while the continuous speed job
+        and the demo's traffic run: alone, then with ``STREAM_CLIENTS`` clients of
+        ``GET /v1/stream`` (every view) reading in a process of their own."""
+        rate, seconds = self.options.load_rates[0], self.options.load_seconds
+        self.step(
+            f"serving: booth-day queries at {rate:g} requests/s, alone, then with "
+            f"{STREAM_CLIENTS} stream clients"
+        )
+        alone = open_loop(port, self.api_key, self._booth_day, rate, seconds)
+        clients = subprocess.Popen(
+            [
+                sys.executable, "-m", "lambdaline.bench.streams", "--port", str(port),
+                "--clients", str(STREAM_CLIENTS), "--seconds", f"{seconds + STREAM_MARGIN_S:g}",
+            ],
+            env={**self.env, KEY_VARIABLE: self.api_key}, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, start_new_session=True,
+        )  # fmt: skip
+        try:
+            assert clients.stdout is not None and clients.stderr is not None
+            if not clients.stdout.readline().startswith("connected"):
+                raise BenchError(f"the stream clients did not connect: {clients.stderr.read()}")
+            time.sleep(1.0)  # every stream past its greeting
+            together = open_loop(port, self.api_key, self._booth_day, rate, seconds)
+            received = json.loads(clients.stdout.readline() or "{}")
+        finally:
+            stop_process(clients)  # type: ignore[arg-type]
+        if not received:
+            raise BenchError("the stream clients ended without their summary")
+        self.results["serving"]["with_streams"] = {
+            "offered_per_s": rate, "seconds": seconds, "clients": STREAM_CLIENTS,
+            "alone": {
+                "served_per_s": round(alone.served_per_s, 1),
+                "latency_ms": _ms(alone.latencies_s), "errors": alone.errors,
+            },
+            "with_streams": {
+                "served_per_s": round(together.served_per_s, 1),
+                "latency_ms": _ms(together.latencies_s), "errors": together.errors,
+            },
+            "stream_events": received["events"], "stream_rows": received["rows"],
+            "streams_ended_early": received["ended_early"],
+            "while": "the continuous speed job and the demo's traffic run",
+        }  # fmt: skip
 
     # --- the whole run ---------------------------------------------------------------------
     def run(self) -> dict[str, Any]:

@@ -79,11 +79,19 @@ def test_bench_writes_results_report_and_charts(tmp_path: Path) -> None:
     serving = results["serving"]
     assert serving["errors"] == 0 and serving["requests_per_s"] > 0
     assert serving["latency_ms"]["p50"] <= serving["latency_ms"]["p99"]
+    streams = serving["with_streams"]
+    assert streams["clients"] == 100 and streams["streams_ended_early"] == 0
+    for run in ("alone", "with_streams"):
+        assert streams[run]["errors"] == 0 and streams[run]["served_per_s"] > 0, run
+    # every stream got its greeting (horizon, watermark) at least; rows came from the
+    # continuous speed job and the demo's traffic, running meanwhile
+    assert streams["stream_events"] >= 2 * 100
 
     assert results["machine"]["cores"] == os.cpu_count()
     assert results["settings"]["window"] and "api_keys" not in results["settings"]
 
     report = (folder / "report.md").read_text()
     assert "| events/s |" in report and "![throughput](throughput.png)" in report
+    assert "| serving, 100 stream clients | at 10 req/s: p50 " in report
     for chart in ("freshness.png", "throughput.png", "accuracy.png"):
         assert (folder / chart).read_bytes().startswith(PNG_MAGIC)
