@@ -54,10 +54,15 @@ async function loadStatus() {
 
 function describeCorrections(version) {
   if (!version || !version.corrections) return "nothing compared yet";
-  const parts = Object.entries(version.corrections.views || {}).map(([view, c]) =>
-    `${view}: ${c.corrected} corrected, ${c.only_in_batch} only in batch, ${c.only_in_speed} only in speed`);
-  const late = Object.values(version.corrections.late_rows_since_previous || {}).reduce((a, b) => a + b, 0);
-  return `v${version.version}: ${parts.join("; ") || "no rows compared"}; ${late} late rows dropped by the speed layer`;
+  const views = Object.entries(version.corrections.views || {});
+  const equal = views.reduce((sum, [, c]) => sum + c.equal, 0);
+  const changed = views.filter(([, c]) => c.corrected + c.only_in_batch + c.only_in_speed > 0)
+    .map(([view, c]) => `${view}: ${c.corrected} corrected, ${c.only_in_batch} only in batch, `
+      + `${c.only_in_speed} only in speed`);
+  const late = Object.values(version.corrections.late_rows_since_previous || {})
+    .reduce((a, b) => a + b, 0);
+  return `v${version.version}: ${changed.join("; ") || "no speed row corrected"}; `
+    + `${equal} rows equal; ${late} late rows dropped by the speed layer`;
 }
 
 function chooseRange() {
