@@ -107,8 +107,8 @@ class Metrics:
         )  # fmt: skip
         self.stream_queued = gauge(
             "lambdaline_stream_queued_events",
-            "events queued for the GET /v1/stream client furthest behind (it is dropped at "
-            "the stream_queue setting)",
+            "events the GET /v1/stream client furthest behind has still to read (it is "
+            "dropped at the stream_queue setting)",
             multiprocess_mode="livemax",
         )  # fmt: skip
         self.stream_dropped = Counter(

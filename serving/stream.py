@@ -25,10 +25,14 @@ no longer holds every row since, it gets ``reset`` instead (with an empty id,
 so that a browser's next reconnection starts afresh). The other events carry
 no id, so they leave the client's position as it was.
 
-Rows are handed from the consumer thread to the event loop and queued per
-client without waiting (``put_nowait``), a poll's rows at once: a client whose
-queue still holds ``stream_queue`` events when more arrive is dropped and its
-connection aborted, and no other client, nor the consumer, waits for it.
+Every event goes once into one log per worker, the replay buffer
+(``stream_buffer`` events, oldest out first); each client holds only its place
+in it, and its own connection's task reads from there, a chunk at a time,
+adding the client's ids: a row costs the consumer one append, whatever the
+number of clients, and no client's encoding holds up the event loop for long.
+A client more than ``stream_queue`` events behind when more arrive (or whose
+place the log has dropped: ``stream_buffer`` bounds it too) is dropped and its
+connection aborted; no other client, nor the consumer, waits for it.
 """
 
 from __future__ import annotations
@@ -37,7 +41,6 @@ import asyncio
 import json
 import logging
 import threading
-from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -58,15 +61,23 @@ Partition = tuple[str, int]
 """A view and a partition of its speed topic."""
 
 
-@dataclass(frozen=True)
 class Event:
-    kind: str
-    data: str
-    """The event's JSON."""
-    view: str | None = None
-    partition: int | None = None
-    offset: int | None = None
-    """A row's: where in its view's speed topic it came from."""
+    """One event of the stream; its ``data:`` line encoded once, whoever it goes to."""
+
+    __slots__ = ("data", "kind", "offset", "partition", "payload", "view")
+
+    def __init__(
+        self,
+        kind: str,
+        data: str,
+        view: str | None = None,
+        partition: int | None = None,
+        offset: int | None = None,
+    ):
+        self.kind, self.data = kind, data
+        self.view, self.partition, self.offset = view, partition, offset
+        """A row's view, and where in its speed topic it came from (a reset's view)."""
+        self.payload = f"data: {data}\n\n".encode()
 
 
 def encode_id(positions: dict[Partition, int]) -> str:
@@ -93,66 +104,78 @@ def decode_id(text: str) -> dict[Partition, int] | None:
 def wire(event: Event, event_id: str | None) -> bytes:
     """An event as SSE text (``event_id`` None: no id line; "": an empty one)."""
     head = f"event: {event.kind}\n" + (f"id: {event_id}\n" if event_id is not None else "")
-    return f"{head}data: {event.data}\n\n".encode()
+    return head.encode() + event.payload
+
+
+CHUNK = 256
+"""Events a client's task turns into one write before it lets the event loop run others."""
 
 
 @dataclass(eq=False)
 class Client:
-    """One connection's views, position and queue of (event, id) not yet sent."""
+    """One connection: its views, its position in the speed topics (its ids), its place in
+    the hub's log, and what it is told before that (greeting, reset)."""
 
     views: frozenset[str]
-    limit: int
+    cursor: int
+    """The sequence number of the next event of the log it reads."""
+    since: int
+    """Where it joined: a horizon or watermark event before it is not its news."""
     positions: dict[Partition, int] = field(default_factory=dict)
-    queue: asyncio.Queue[tuple[Event, str | None]] = field(default_factory=asyncio.Queue)
+    first: list[bytes] = field(default_factory=list)
     dropped: asyncio.Event = field(default_factory=asyncio.Event)
 
-    @property
-    def behind(self) -> bool:
-        """Its queue holds ``limit`` events or more: it reads slower than rows arrive."""
-        return self.queue.qsize() >= self.limit
-
-    def offer(self, event: Event) -> None:
-        """Queue an event if it is for this client."""
-        event_id: str | None = None
+    def render(self, seq: int, event: Event) -> bytes | None:
+        """The event as this client gets it (with its id), or None if it is not for it."""
         if event.kind == ROW:
             assert event.view is not None and event.partition is not None
             assert event.offset is not None
             if event.view not in self.views:
-                return
+                return None
             where = (event.view, event.partition)
             if event.offset < self.positions.get(where, 0):
-                return  # the client has it (a resume from another worker's id)
+                return None  # the client has it (a resume from another worker's id)
             self.positions[where] = event.offset + 1
-            event_id = encode_id(self.positions)
-        elif event.kind == RESET:
-            if event.view is not None:  # that view's topic was created again: from its start
-                self.positions = {p: o for p, o in self.positions.items() if p[0] != event.view}
-            event_id = ""
-        self.queue.put_nowait((event, event_id))
+            return wire(event, encode_id(self.positions))
+        if event.kind == RESET:
+            if event.view not in self.views:
+                return None
+            self.positions = {p: o for p, o in self.positions.items() if p[0] != event.view}
+            return wire(event, "")  # that view's topic was created again: from its start
+        return wire(event, None) if seq >= self.since else None
 
 
 class StreamHub:
-    """The replay buffer and the connected clients of one worker."""
+    """The log (the replay buffer) and the connected clients of one worker."""
 
     def __init__(self, buffer_size: int, queue_size: int):
         self.buffer_size = buffer_size
         self.queue_size = queue_size
-        self._buffer: deque[Event] = deque()
+        self._log: list[Event] = []
+        self._slack = max(1, min(CHUNK, buffer_size // 8))
+        """Events past ``buffer_size`` the log may hold before it is trimmed back to it."""
+        self._base = 0
+        """The sequence number of ``_log[0]``; the next event gets ``_base + len(_log)``."""
         self._evicted: dict[Partition, int] = {}
-        """Per partition, the offset after the newest row no longer buffered."""
+        """Per partition, the offset after the newest row no longer in the log."""
         self.positions: dict[Partition, int] = {}
-        """Per partition, the offset after the newest row buffered."""
+        """Per partition, the offset after the newest row logged."""
         self.clients: set[Client] = set()
         self.horizon: datetime | None = None
         """The served horizon (zone-less UTC): rows below it are not sent."""
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._news: asyncio.Event | None = None
         self.dropped = 0
         self.on_drop: Callable[[], None] = lambda: None
-        self.events = 0
+
+    @property
+    def next_seq(self) -> int:
+        return self._base + len(self._log)
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
+        self._news = asyncio.Event()
 
     def rows(
         self,
@@ -173,71 +196,103 @@ class StreamHub:
             data = f'{{"view":"{view}","row":{body},"shown":{"true" if row.shown else "false"}}}'
             events.append(Event(ROW, data, view, record.partition, record.offset))
         if events:
-            self._publish(events)
+            self._append(events)
 
     def restarted(self, view: str) -> None:
         """From the consumer thread: a view's speed topic was created again."""
         with self._lock:
-            self._buffer = deque(event for event in self._buffer if event.view != view)
             for positions in (self.positions, self._evicted):
                 for where in [p for p in positions if p[0] == view]:
                     del positions[where]
-        self._publish(
-            [Event(RESET, json.dumps({"reason": f"{view}'s topic was created again"}), view)]
-        )
+        reason = json.dumps({"reason": f"{view}'s topic was created again"})
+        self._append([Event(RESET, reason, view)])
 
     def announce(self, kind: str, document: dict[str, Any]) -> None:
-        """From the event loop: a ``horizon`` or ``watermark`` event to every client."""
-        self._fan_out([Event(kind, json.dumps(document, separators=(",", ":"), default=str))])
+        """A ``horizon`` or ``watermark`` event to every client."""
+        self._append([Event(kind, json.dumps(document, separators=(",", ":"), default=str))])
 
-    def _publish(self, events: list[Event]) -> None:
+    def _append(self, events: list[Event]) -> None:
         with self._lock:
+            before = self.next_seq
             for event in events:
-                if event.kind != ROW:
-                    continue
-                assert event.view is not None and event.partition is not None
-                assert event.offset is not None
-                self._buffer.append(event)
-                self.positions[(event.view, event.partition)] = event.offset + 1
-            while len(self._buffer) > self.buffer_size:
-                old = self._buffer.popleft()
-                assert old.view is not None and old.partition is not None
-                assert old.offset is not None
-                self._evicted[(old.view, old.partition)] = old.offset + 1
+                self._log.append(event)
+                if event.kind == ROW:
+                    assert event.view is not None and event.partition is not None
+                    assert event.offset is not None
+                    self.positions[(event.view, event.partition)] = event.offset + 1
+            if len(self._log) > self.buffer_size + self._slack:  # now and then, not per event
+                gone = len(self._log) - self.buffer_size
+                for old in self._log[:gone]:
+                    if old.kind == ROW:
+                        assert old.view is not None and old.partition is not None
+                        assert old.offset is not None
+                        self._evicted[(old.view, old.partition)] = old.offset + 1
+                del self._log[:gone]
+                self._base += gone
             loop = self._loop
         if loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(self._fan_out, events)
+            loop.call_soon_threadsafe(self._wake, before)
 
-    def _fan_out(self, events: Iterable[Event]) -> None:
-        """On the event loop: queue the events for every client, dropping the full ones."""
-        events = list(events)
-        self.events += len(events)
+    def _wake(self, before: int) -> None:
+        """On the event loop: drop the clients already ``queue_size`` behind before the new
+        events (one poll's rows at once are no sign of slowness), wake the others."""
         for client in list(self.clients):
-            if client.behind:  # one poll's rows are queued whole: a burst is not slowness
-                self._drop(client)
-                continue
-            for event in events:
-                client.offer(event)
+            if before - client.cursor >= self.queue_size or client.cursor < self._base:
+                self._drop(client, before - client.cursor)
+        assert self._news is not None
+        self._news.set()
+        self._news = asyncio.Event()
 
-    def _drop(self, client: Client) -> None:
+    def _drop(self, client: Client, behind: int) -> None:
+        if client.dropped.is_set():
+            return
         client.dropped.set()
         self.clients.discard(client)
         self.dropped += 1
         self.on_drop()
         log_event(
-            logger, "stream_client_dropped", queued=client.queue.qsize(), limit=self.queue_size,
-            why="its queue is full: it reads slower than rows arrive",
+            logger, "stream_client_dropped", queued=behind, limit=self.queue_size,
+            why="it reads slower than events arrive",
         )  # fmt: skip
+
+    async def news(self, timeout_s: float) -> bool:
+        """Wait until events are appended (True) or ``timeout_s`` pass (False)."""
+        assert self._news is not None
+        try:
+            await asyncio.wait_for(self._news.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
+    def take(self, client: Client) -> list[bytes]:
+        """On the event loop: the client's next writes (its first events, then at most
+        ``CHUNK`` events of the log), its place moved past them."""
+        if client.dropped.is_set():
+            return []
+        if client.cursor < self._base:  # the log moved past what it had still to read
+            self._drop(client, self.next_seq - client.cursor)
+            return []
+        out, client.first = client.first, []
+        with self._lock:
+            start = client.cursor - self._base
+            events = self._log[start : start + CHUNK]
+            seq = client.cursor
+            client.cursor += len(events)
+        for n, event in enumerate(events):
+            rendered = client.render(seq + n, event)
+            if rendered is not None:
+                out.append(rendered)
+        return out
 
     def subscribe(
         self, views: frozenset[str], last_event_id: str | None, greeting: Iterable[Event] = ()
     ) -> Client:
         """On the event loop: a client of ``views``, from ``last_event_id`` if given and still
-        buffered (else a ``reset`` first), else from now on; ``greeting``: events it gets
+        in the log (else a ``reset`` first), else from now on; ``greeting``: events it gets
         before any row (the horizon and watermark as they are)."""
-        client = Client(views, self.queue_size)
         with self._lock:
             now = {p: o for p, o in self.positions.items() if p[0] in views}
+            client = Client(views, cursor=self.next_seq, since=self.next_seq, positions=now)
             resume = decode_id(last_event_id) if last_event_id else None
             if last_event_id and (
                 resume is None
@@ -247,18 +302,13 @@ class StreamHub:
                     if where[0] in views
                 )
             ):
-                client.positions = now
                 why = "not an id of this stream" if resume is None else "older than the buffer"
-                client.offer(Event(RESET, json.dumps({"reason": f"Last-Event-ID {why}"})))
-                resume = None
-            else:
-                client.positions = now if resume is None else {
-                    p: o for p, o in resume.items() if p[0] in views
-                }  # fmt: skip
-            for event in greeting:
-                client.offer(event)
-            for event in self._buffer if resume is not None else ():
-                client.offer(event)
+                reason = json.dumps({"reason": f"Last-Event-ID {why}"})
+                client.first.append(wire(Event(RESET, reason), ""))
+            elif resume is not None:
+                client.positions = {p: o for p, o in resume.items() if p[0] in views}
+                client.cursor = self._base  # the whole log: rows it has are skipped
+            client.first += [wire(event, None) for event in greeting]
             self.clients.add(client)
         return client
 
@@ -267,5 +317,6 @@ class StreamHub:
 
     @property
     def most_queued(self) -> int:
-        """The events queued for the client furthest behind (0 without clients)."""
-        return max((client.queue.qsize() for client in list(self.clients)), default=0)
+        """How many events the client furthest behind has still to read (0 without any)."""
+        end = self.next_seq
+        return max((end - client.cursor for client in list(self.clients)), default=0)

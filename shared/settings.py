@@ -584,8 +584,8 @@ class ServingSettings(SettingsGroup):
         "client resuming with `Last-Event-ID` (an older id gets `reset`)",
     )  # fmt: skip
     stream_queue: int = Field(
-        10_000, ge=1, description="`GET /v1/stream` events queued for one client; a client "
-        "whose queue still holds this many when more arrive is disconnected",
+        10_000, ge=1, description="`GET /v1/stream`: a client this many events behind when "
+        "more arrive is disconnected (at most `stream_buffer`: the log is its queue)",
     )  # fmt: skip
     stream_heartbeat: PositiveDuration = Field(
         timedelta(seconds=15), description="how often `GET /v1/stream` sends a `heartbeat` "

@@ -22,7 +22,7 @@ ABORT = "lambdaline.abort"
 
 
 class EventStream(Response):
-    """The stream of one client: queued events, heartbeats; ends when the client goes, or
+    """The stream of one client: its events, heartbeats; ends when the client goes, or
     aborts the connection if the hub dropped it."""
 
     media_type = "text/event-stream"
@@ -54,20 +54,20 @@ class EventStream(Response):
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     async def _send_events(self, send: Send) -> None:
-        queue = self.client.queue
+        """Write what the client has to read, a chunk at a time; a heartbeat when nothing
+        has come for ``heartbeat_s``."""
         while True:
-            try:
-                event, event_id = await asyncio.wait_for(queue.get(), self.heartbeat_s)
-            except TimeoutError:
+            chunk = self.hub.take(self.client)
+            if chunk:
+                await send(
+                    {"type": "http.response.body", "body": b"".join(chunk), "more_body": True}
+                )
+                continue
+            if not await self.hub.news(self.heartbeat_s):
                 heartbeat = Event(HEARTBEAT, json.dumps(self.status(), default=str))
                 await send(
                     {"type": "http.response.body", "body": wire(heartbeat, None), "more_body": True}
                 )
-                continue
-            chunk = [wire(event, event_id)]
-            while not queue.empty() and len(chunk) < 256:  # what is queued, in one write
-                chunk.append(wire(*queue.get_nowait()))
-            await send({"type": "http.response.body", "body": b"".join(chunk), "more_body": True})
 
     @staticmethod
     async def _until_disconnect(receive: Receive) -> None:

@@ -35,7 +35,7 @@ from tests.integration.helpers import environment_of, isolated_settings
 pytestmark = [pytest.mark.integration]
 
 KEY = {"X-API-Key": "stream-key"}
-BUFFER, QUEUE = 300, 10_000
+BUFFER, QUEUE = 20_000, 10_000
 START = datetime(2026, 1, 6)
 
 
@@ -179,7 +179,7 @@ def test_rows_arrive_in_order_and_a_resume_inside_the_buffer_loses_none(server: 
 
 
 def test_an_id_older_than_the_buffer_gets_reset(server: Server) -> None:
-    write_rows(server.settings, 1000, BUFFER + 10)  # the first rows leave the buffer
+    write_rows(server.settings, 1000, BUFFER + 300)  # the first rows leave the buffer
     time.sleep(2)
     events = read_events(server, 0, last_event_id="booth_stats.0:0,booth_stats.1:0", timeout_s=5)
     assert events[0].kind == "reset" and events[0].id == ""

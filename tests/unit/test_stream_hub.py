@@ -1,4 +1,4 @@
-"""The stream's hub without a broker: what each client is queued, with which ids; a resume on
+"""The stream's hub without a broker: what each client reads, with which ids; a resume on
 another worker; the buffer's bound; a slow client dropped. The rows are written by hand as
 the consumer hands them over (``ChangedRow``s of records at known offsets)."""
 
@@ -28,13 +28,16 @@ def publish(hub: StreamHub, partition: int, offset: int, booth: str, start: str)
     hub.rows("booth_stats", [record], [changed(booth, start)], None)  # type: ignore[list-item]
 
 
-def drained(client: Client) -> list[tuple[str, str | None, str]]:
-    """(kind, id, the row's booth or the data) of every event queued, in order."""
+def drained(hub: StreamHub, client: Client) -> list[tuple[str, str | None, str]]:
+    """(kind, id, the row's booth or the data) of every event the client has to read."""
     out = []
-    while not client.queue.empty():
-        event, event_id = client.queue.get_nowait()
-        booth = event.data.split('"booth_id":"')[1].split('"')[0] if event.kind == ROW else ""
-        out.append((event.kind, event_id, booth or event.data))
+    while chunk := hub.take(client):
+        for text in (part.decode() for part in chunk):
+            fields = dict(line.split(": ", 1) if ": " in line else (line.rstrip(":"), "")
+                          for line in text.strip().split("\n"))  # fmt: skip
+            data = fields["data"]
+            booth = data.split('"booth_id":"')[1].split('"')[0] if fields["event"] == ROW else ""
+            out.append((fields["event"], fields.get("id"), booth or data))
     return out
 
 
@@ -70,7 +73,7 @@ def test_a_client_gets_its_views_rows_from_now_on_in_order_with_ids() -> None:
         trip = ChangedRow(0, '{"booth_id":"t"}', H, H, True)
         hub.rows("vehicle_trips", [other], [trip], None)  # type: ignore[list-item]
         await settle()
-        assert drained(client) == [
+        assert drained(hub, client) == [
             ("row", "booth_stats.0:1,booth_stats.1:1", "a"),
             ("row", "booth_stats.0:2,booth_stats.1:1", "b"),
         ]
@@ -88,10 +91,11 @@ def test_rows_below_the_horizon_are_not_sent_and_a_withdrawn_one_says_so() -> No
         rows = [changed("old", "2026-01-05T23:55"), changed("new", "2026-01-06T00:00", shown=False)]
         hub.rows("booth_stats", [record], rows, datetime(2026, 1, 6, 0, 0))  # type: ignore[list-item]
         await settle()
-        [(event, _)] = [client.queue.get_nowait()]
-        assert '"booth_id":"new"' in event.data
-        assert '"final":true,"source":"speed"}' in event.data  # 00:00 <= the cut
-        assert event.data.endswith('"shown":false}')
+        [written] = hub.take(client)
+        assert written.startswith(b"event: row\nid: booth_stats.0:1\ndata: ")
+        assert b'"booth_id":"new"' in written and b'"booth_id":"old"' not in written
+        assert b'"final":true,"source":"speed"}' in written  # 00:00 <= the cut
+        assert written.endswith(b'"shown":false}\n\n')
 
     on_loop(test)
 
@@ -112,11 +116,11 @@ def test_a_resume_on_another_worker_loses_none_and_repeats_none() -> None:
         for partition, offset, booth in [records[1], records[3], records[0], records[2]]:
             publish(second, partition, offset, booth, "2026-01-06T01:00")
         await settle()
-        seen = drained(client)
+        seen = drained(first, client)
         assert [booth for _, _, booth in seen] == ["p0-0", "p1-0", "p0-1", "p1-1"]
         _, after_two, _ = seen[1]  # the client had p0-0 and p1-0, then lost its connection
         resumed = second.subscribe(frozenset({"booth_stats"}), after_two)
-        assert [booth for _, _, booth in drained(resumed)] == ["p1-1", "p0-1"]
+        assert [booth for _, _, booth in drained(second, resumed)] == ["p1-1", "p0-1"]
 
     on_loop(test)
 
@@ -125,17 +129,17 @@ def test_an_id_older_than_the_buffer_gets_reset_then_rows_from_now_on() -> None:
     async def test() -> None:
         hub = StreamHub(buffer_size=2, queue_size=100)
         hub.start(asyncio.get_running_loop())
-        for offset in range(3):  # offset 0 leaves the buffer
+        for offset in range(4):  # past 2 + 1 events, the log keeps the last 2: r2, r3
             publish(hub, 0, offset, f"r{offset}", "2026-01-06T01:00")
         await settle()
-        kept = hub.subscribe(frozenset({"booth_stats"}), "booth_stats.0:1")
-        assert [booth for _, _, booth in drained(kept)] == ["r1", "r2"]
-        old = hub.subscribe(frozenset({"booth_stats"}), "booth_stats.0:0")
-        [(kind, event_id, data)] = drained(old)
+        kept = hub.subscribe(frozenset({"booth_stats"}), "booth_stats.0:2")
+        assert [booth for _, _, booth in drained(hub, kept)] == ["r2", "r3"]
+        old = hub.subscribe(frozenset({"booth_stats"}), "booth_stats.0:1")
+        [(kind, event_id, data)] = drained(hub, old)
         assert (kind, event_id) == (RESET, "") and "older than the buffer" in data
-        publish(hub, 0, 3, "r3", "2026-01-06T01:00")
+        publish(hub, 0, 4, "r4", "2026-01-06T01:00")
         await settle()
-        assert drained(old) == [("row", "booth_stats.0:4", "r3")]
+        assert drained(hub, old) == [("row", "booth_stats.0:5", "r4")]
 
     on_loop(test)
 
@@ -150,7 +154,7 @@ def test_a_recreated_topic_resets_its_clients_and_restarts_their_offsets() -> No
         hub.restarted("booth_stats")
         publish(hub, 0, 0, "after", "2026-01-06T01:00")  # the new topic starts at 0
         await settle()
-        assert [(kind, event_id) for kind, event_id, _ in drained(client)] == [
+        assert [(kind, event_id) for kind, event_id, _ in drained(hub, client)] == [
             (ROW, "booth_stats.0:8"), (RESET, ""), (ROW, "booth_stats.0:1"),
         ]  # fmt: skip
 
@@ -169,12 +173,13 @@ def test_a_client_still_behind_when_more_rows_come_is_dropped_and_the_others_not
         burst = [changed(f"b{n}", "2026-01-06T01:00", position=n) for n in range(5)]
         hub.rows("booth_stats", record, burst, None)  # type: ignore[arg-type]
         await settle()
-        assert slow.queue.qsize() == fast.queue.qsize() == 5  # one poll: queued whole
+        assert not slow.dropped.is_set()  # one poll's 5 rows at once: no sign of slowness
         assert hub.most_queued == 5
-        drained(fast)
+        drained(hub, fast)
+        assert hub.most_queued == 5  # the slow one's
         publish(hub, 0, 5, "b5", "2026-01-06T01:00")
         await settle()
         assert slow.dropped.is_set() and slow not in hub.clients and drops == [1]
-        assert not fast.dropped.is_set() and [b for _, _, b in drained(fast)] == ["b5"]
+        assert not fast.dropped.is_set() and [b for _, _, b in drained(hub, fast)] == ["b5"]
 
     on_loop(test)
