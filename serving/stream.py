@@ -64,7 +64,7 @@ Partition = tuple[str, int]
 class Event:
     """One event of the stream; its ``data:`` line encoded once, whoever it goes to."""
 
-    __slots__ = ("data", "kind", "offset", "partition", "payload", "view")
+    __slots__ = ("after", "data", "kind", "offset", "partition", "payload", "rendered", "view")
 
     def __init__(
         self,
@@ -78,6 +78,19 @@ class Event:
         self.view, self.partition, self.offset = view, partition, offset
         """A row's view, and where in its speed topic it came from (a reset's view)."""
         self.payload = f"data: {data}\n\n".encode()
+        self.after: dict[Partition, int] = {}
+        """A row's: the log's position in every partition once it is appended (its id)."""
+        self.rendered: dict[frozenset[str], bytes] = {}
+        """A row as the clients of each set of views that read along with the log get it."""
+
+    def for_views(self, views: frozenset[str]) -> bytes:
+        """The row with the id of a client of ``views`` that has read the log along (one
+        encoding per set of views, however many clients share it)."""
+        found = self.rendered.get(views)
+        if found is None:
+            positions = {p: o for p, o in self.after.items() if p[0] in views}
+            found = self.rendered[views] = wire(self, encode_id(positions))
+        return found
 
 
 def encode_id(positions: dict[Partition, int]) -> str:
@@ -124,6 +137,9 @@ class Client:
     positions: dict[Partition, int] = field(default_factory=dict)
     first: list[bytes] = field(default_factory=list)
     dropped: asyncio.Event = field(default_factory=asyncio.Event)
+    along: bool = True
+    """It joined at the log's end and has read every event since, so its position is the
+    log's (:meth:`Event.for_views`); False for a resume, which keeps its own."""
 
     def render(self, seq: int, event: Event) -> bytes | None:
         """The event as this client gets it (with its id), or None if it is not for it."""
@@ -132,6 +148,8 @@ class Client:
             assert event.offset is not None
             if event.view not in self.views:
                 return None
+            if self.along:
+                return event.for_views(self.views)
             where = (event.view, event.partition)
             if event.offset < self.positions.get(where, 0):
                 return None  # the client has it (a resume from another worker's id)
@@ -220,6 +238,7 @@ class StreamHub:
                     assert event.view is not None and event.partition is not None
                     assert event.offset is not None
                     self.positions[(event.view, event.partition)] = event.offset + 1
+                    event.after = dict(self.positions)
             if len(self._log) > self.buffer_size + self._slack:  # now and then, not per event
                 gone = len(self._log) - self.buffer_size
                 for old in self._log[:gone]:
@@ -308,6 +327,7 @@ class StreamHub:
             elif resume is not None:
                 client.positions = {p: o for p, o in resume.items() if p[0] in views}
                 client.cursor = self._base  # the whole log: rows it has are skipped
+                client.along = False
             client.first += [wire(event, None) for event in greeting]
             self.clients.add(client)
         return client

@@ -183,3 +183,20 @@ def test_a_client_still_behind_when_more_rows_come_is_dropped_and_the_others_not
         assert not fast.dropped.is_set() and [b for _, _, b in drained(hub, fast)] == ["b5"]
 
     on_loop(test)
+
+
+def test_clients_reading_along_share_one_encoding_of_each_row() -> None:
+    async def test() -> None:
+        hub = StreamHub(buffer_size=100, queue_size=100)
+        hub.start(asyncio.get_running_loop())
+        views = frozenset({"booth_stats"})
+        first, second = hub.subscribe(views, None), hub.subscribe(views, None)
+        publish(hub, 1, 4, "a", "2026-01-06T01:00")
+        await settle()
+        [one], [other] = hub.take(first), hub.take(second)
+        assert one is other and b"id: booth_stats.1:5\n" in one
+        resumed = hub.subscribe(views, "booth_stats.0:9,booth_stats.1:4")  # its own position
+        [own] = hub.take(resumed)
+        assert b"id: booth_stats.0:9,booth_stats.1:5\n" in own
+
+    on_loop(test)
