@@ -8,13 +8,11 @@ speed-store consumer. Tests pass their own stores instead.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 import duckdb
 from fastapi import FastAPI, Request
@@ -48,10 +46,7 @@ from serving.routers import (
 )
 from serving.routers.stream import ABORT
 from serving.speed_consumer import SpeedConsumer
-from serving.stream import HORIZON, WATERMARK, Event, StreamHub
-from shared.domain.events import format_instant
-from shared.domain.view_specs import VIEWS
-from shared.platform.batch_store import BatchVersion
+from serving.stream import StreamHub
 from shared.platform.logs import log_event
 from shared.platform.speed_tables import SpeedTables
 from shared.settings import Settings, get_settings
@@ -86,7 +81,7 @@ def create_app(
             consumer.start()
         tasks = [
             asyncio.create_task(_prune_speed_store(reader, tables, settings.speed.retention)),
-            asyncio.create_task(_announce(app)),
+            asyncio.create_task(stream.announce(app)),
         ]
         if multiprocess_mode():  # its gauges must be current whichever worker a scrape reaches
             tasks.append(asyncio.create_task(_refresh_gauges(app)))
@@ -120,8 +115,6 @@ def create_app(
     app.state.metrics = Metrics()
     app.state.stream_hub = hub
     hub.on_drop = app.state.metrics.stream_dropped.inc
-    app.state.stream_greeting = lambda: _greeting(app)
-    app.state.stream_status = lambda: _stream_status(app)
     app.add_middleware(LatencyMiddleware, metrics=app.state.metrics)
     app.add_exception_handler(ConflictError, _conflict)  # type: ignore[arg-type]
     for router in (
@@ -165,80 +158,6 @@ class AbortableConnections:
         if scope["type"] == "http" and hasattr(transport, "abort"):
             scope[ABORT] = transport.abort  # type: ignore[union-attr]
         await self.app(scope, receive, send)
-
-
-def _greeting(app: FastAPI) -> list[Event]:
-    """What a new stream client is told first: the horizon and the watermark as they are."""
-    return [
-        Event(HORIZON, _json(_horizon_document(app.state.batch_reader.version))),
-        Event(WATERMARK, _json(_watermark_document(app.state.speed_tables))),
-    ]
-
-
-def _json(document: dict[str, Any]) -> str:
-    return json.dumps(document, separators=(",", ":"), default=str)
-
-
-def _instant(moment: datetime | None) -> str | None:
-    if moment is None:
-        return None
-    return format_instant(moment if moment.tzinfo else moment.replace(tzinfo=UTC))
-
-
-def _horizon_document(version: BatchVersion | None) -> dict[str, Any]:
-    return {
-        "batch_version": version.version if version else None,
-        "horizon": _instant(version.horizon) if version else None,
-        "corrections": version.corrections if version else None,
-    }
-
-
-def _watermark_document(tables: SpeedTables) -> dict[str, Any]:
-    watermark = tables.watermark
-    return {
-        "speed_watermark": _instant(watermark),
-        "final_before": {
-            view.name: _instant(tables.final_before(view, watermark)) for view in VIEWS
-        },
-        "final_column": {view.name: view.final.column for view in VIEWS},
-    }
-
-
-def _stream_status(app: FastAPI) -> dict[str, Any]:
-    """A ``heartbeat`` event's: the speed consumer's health and lag."""
-    consumer: SpeedConsumer | None = app.state.speed_consumer
-    return {
-        "time": _instant(datetime.now(UTC)),
-        "speed_consumer_following": consumer.following if consumer else False,
-        "speed_caught_up": consumer.caught_up.is_set() if consumer else False,
-        "speed_lag_records": consumer.lag if consumer else None,
-        "speed_error": consumer.error if consumer else None,
-    }
-
-
-ANNOUNCE_EVERY_S = 0.5
-"""How often the stream looks for a new batch version or speed watermark to announce."""
-
-
-async def _announce(app: FastAPI) -> None:
-    """Tell stream clients of each new batch version (``horizon``) and watermark."""
-    hub: StreamHub = app.state.stream_hub
-    reader: BatchReader = app.state.batch_reader
-    tables: SpeedTables = app.state.speed_tables
-    announced: tuple[Any, ...] = ()
-    watermark = tables.watermark
-    while True:
-        version = reader.version
-        hub.horizon = naive_utc(version.horizon) if version else None
-        now = (version.version, version.horizon) if version else ()
-        if now != announced:
-            if announced or now:
-                hub.announce(HORIZON, _horizon_document(version))
-            announced = now
-        if tables.watermark != watermark:
-            watermark = tables.watermark
-            hub.announce(WATERMARK, _watermark_document(tables))
-        await asyncio.sleep(ANNOUNCE_EVERY_S)
 
 
 async def _conflict(request: Request, error: ConflictError) -> JSONResponse:

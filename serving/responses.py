@@ -42,7 +42,7 @@ from shared.domain.merge import Row, Source, sources_for
 from shared.platform.speed_tables import SpeedTables
 
 
-def _instant(moment: datetime) -> str:
+def wire_instant(moment: datetime) -> str:
     """ISO-8601 UTC with milliseconds; zone-less values are UTC (as both stores hold them)."""
     return format_instant(moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC))
 
@@ -50,7 +50,7 @@ def _instant(moment: datetime) -> str:
 def _json_value(value: Any) -> str:
     """``json.dumps``'s fallback for the values it cannot encode itself."""
     if isinstance(value, datetime):
-        return _instant(value)
+        return wire_instant(value)
     if isinstance(value, Decimal):
         return str(value)
     raise TypeError(f"cannot encode {type(value).__name__} as JSON")
@@ -150,9 +150,9 @@ def _encoded(
 def view_response(view: ViewRows, granularity: str | None = None) -> Response:
     speed_watermark = view.speed_watermark
     head: dict[str, Any] = {
-        "horizon": _instant(view.horizon) if view.horizon else None,
+        "horizon": wire_instant(view.horizon) if view.horizon else None,
         "batch_version": view.batch_version,
-        "speed_watermark": _instant(speed_watermark) if speed_watermark else None,
+        "speed_watermark": wire_instant(speed_watermark) if speed_watermark else None,
     }
     if granularity is not None:
         head["granularity"] = granularity

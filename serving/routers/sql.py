@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from datetime import UTC
 from typing import Any
 
 from fastapi import HTTPException, Request, Response
@@ -12,8 +11,8 @@ from starlette.concurrency import run_in_threadpool
 from serving.batch_reader import BatchSnapshot
 from serving.deps import SettingsDep, SpeedConsumerDep, SpeedDep, keyed_router, worker_token
 from serving.models import Problem, SqlRequest, SqlResponse
+from serving.responses import wire_instant
 from serving.sql import SqlAnswer, SqlRefusedError, SqlSandbox, check_read_only, encode_answer
-from shared.domain.events import format_instant
 from shared.platform.speed_tables import SpeedTables
 from shared.settings import Settings
 
@@ -82,9 +81,9 @@ async def sql(
             raise HTTPException(400, detail=str(error)) from None
         horizon = batch.version.horizon if batch is not None else None
     head = {
-        "horizon": format_instant(horizon.astimezone(UTC)) if horizon else None,
+        "horizon": wire_instant(horizon) if horizon else None,
         "batch_version": batch.version.version if batch is not None else None,
-        "speed_watermark": format_instant(watermark.replace(tzinfo=UTC)) if watermark else None,
+        "speed_watermark": wire_instant(watermark) if watermark else None,
         "consistency": token,
     }
     return Response(encode_answer(answer, head), media_type="application/json")

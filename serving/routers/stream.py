@@ -5,20 +5,100 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import Header, Query, Request
+from fastapi import FastAPI, Header, Query, Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from serving.batch_reader import BatchReader
 from serving.deps import invalid_query, keyed_router
-from serving.stream import HEARTBEAT, Client, Event, StreamHub, wire
-from shared.domain.view_specs import VIEW_NAMES
+from serving.queries import naive_utc
+from serving.responses import wire_instant
+from serving.speed_consumer import SpeedConsumer
+from serving.stream import HEARTBEAT, HORIZON, WATERMARK, Client, Event, StreamHub, wire
+from shared.domain.view_specs import VIEW_NAMES, VIEWS
+from shared.platform.batch_store import BatchVersion
+from shared.platform.speed_tables import SpeedTables
 
 router = keyed_router("/v1", "stream")
 
 ABORT = "lambdaline.abort"
 """The scope key of a callable that aborts the request's connection (``serving.main.App``)."""
+
+
+def greeting(app: FastAPI) -> list[Event]:
+    """What a new client is told first: the horizon and the watermark as they are."""
+    return [
+        Event(HORIZON, _json(_horizon_document(app.state.batch_reader.version))),
+        Event(WATERMARK, _json(_watermark_document(app.state.speed_tables))),
+    ]
+
+
+def _json(document: dict[str, Any]) -> str:
+    return json.dumps(document, separators=(",", ":"), default=str)
+
+
+def _maybe_instant(moment: datetime | None) -> str | None:
+    return wire_instant(moment) if moment is not None else None
+
+
+def _horizon_document(version: BatchVersion | None) -> dict[str, Any]:
+    return {
+        "batch_version": version.version if version else None,
+        "horizon": _maybe_instant(version.horizon if version else None),
+        "corrections": version.corrections if version else None,
+    }
+
+
+def _watermark_document(tables: SpeedTables) -> dict[str, Any]:
+    watermark = tables.watermark
+    return {
+        "speed_watermark": _maybe_instant(watermark),
+        "final_before": {
+            view.name: _maybe_instant(tables.final_before(view, watermark)) for view in VIEWS
+        },
+        "final_column": {view.name: view.final.column for view in VIEWS},
+    }
+
+
+def heartbeat_status(app: FastAPI) -> dict[str, Any]:
+    """A ``heartbeat`` event's: the speed consumer's health and lag."""
+    consumer: SpeedConsumer | None = app.state.speed_consumer
+    return {
+        "time": wire_instant(datetime.now(UTC)),
+        "speed_consumer_following": consumer.following if consumer else False,
+        "speed_caught_up": consumer.caught_up.is_set() if consumer else False,
+        "speed_lag_records": consumer.lag if consumer else None,
+        "speed_error": consumer.error if consumer else None,
+    }
+
+
+ANNOUNCE_EVERY_S = 0.5
+"""How often the stream looks for a new batch version or speed watermark to announce."""
+
+
+async def announce(app: FastAPI) -> None:
+    """Run with the app: tell the clients of each new batch version (``horizon``) and
+    speed watermark, and keep the hub's horizon (rows below it are not sent)."""
+    hub: StreamHub = app.state.stream_hub
+    reader: BatchReader = app.state.batch_reader
+    tables: SpeedTables = app.state.speed_tables
+    announced: tuple[Any, ...] = ()
+    watermark = tables.watermark
+    while True:
+        version = reader.version
+        hub.horizon = naive_utc(version.horizon) if version else None
+        now = (version.version, version.horizon) if version else ()
+        if now != announced:
+            if announced or now:
+                hub.announce(HORIZON, _horizon_document(version))
+            announced = now
+        if tables.watermark != watermark:
+            watermark = tables.watermark
+            hub.announce(WATERMARK, _watermark_document(tables))
+        await asyncio.sleep(ANNOUNCE_EVERY_S)
 
 
 class EventStream(Response):
@@ -101,6 +181,6 @@ async def stream(
                             f"choose from {', '.join(VIEW_NAMES)}")  # fmt: skip
     state = request.app.state
     hub: StreamHub = state.stream_hub
-    client = hub.subscribe(asked, last_event_id, state.stream_greeting())
+    client = hub.subscribe(asked, last_event_id, greeting(request.app))
     heartbeat = state.settings.serving.stream_heartbeat.total_seconds()
-    return EventStream(hub, client, heartbeat, state.stream_status)
+    return EventStream(hub, client, heartbeat, lambda: heartbeat_status(request.app))
