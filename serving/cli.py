@@ -15,6 +15,11 @@ from serving.metrics import MULTIPROCESS_DIR
 from shared.platform.logs import configure_logging
 from shared.settings import get_settings
 
+SHUTDOWN_GRACE_S = 3
+"""How long a stopping server waits for open connections before it cancels them: a
+``GET /v1/stream`` never ends by itself, and uvicorn would otherwise wait for it for good
+(its clients reconnect, to another worker or the next server)."""
+
 
 def serve(
     host: Annotated[str, typer.Option(help="interface to listen on")] = "127.0.0.1",
@@ -33,7 +38,7 @@ def serve(
     with _shared_metrics(workers):
         uvicorn.run(
             "serving.main:create_app", factory=True, host=host, port=port, workers=workers,
-            log_level="info",
+            log_level="info", timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
         )  # fmt: skip
 
 

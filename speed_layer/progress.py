@@ -31,7 +31,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, ClassVar, Protocol
 
-from kafka.errors import KafkaTimeoutError
+from kafka.errors import KafkaError, KafkaTimeoutError
 from pyspark.java_gateway import ensure_callback_server_started
 from pyspark.sql import SparkSession
 
@@ -131,10 +131,31 @@ def progress_record(progress: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+LATE_ROWS_READ_S = 120.0
+"""How long a starting job keeps trying to read the late-row totals (a broker of the
+cluster may be down a moment: the next attempt asks the others)."""
+
+
 def late_rows_reported(settings: Settings) -> dict[str, int]:
     """Each query's ``late_rows_total`` in its latest ``speed.progress`` record (the
-    topic is compacted by query, so a job started again goes on from there)."""
-    tables = read_speed_store(settings, views=(), timeout_s=60)
+    topic is compacted by query, so a job started again goes on from there).
+
+    A Kafka error is retried every 2 s for ``LATE_ROWS_READ_S``, then raised: starting
+    from zero would undercount the late rows the next batch version reports.
+    """
+    deadline = time.monotonic() + LATE_ROWS_READ_S
+    while True:
+        try:
+            tables = read_speed_store(settings, views=(), timeout_s=60)
+            break
+        except KafkaError as error:
+            if time.monotonic() > deadline:
+                raise
+            log_event(
+                logger, "speed_late_rows_retry", error=f"{type(error).__name__}: {error}",
+                retry_s=2.0,
+            )  # fmt: skip
+            time.sleep(2.0)
     try:
         return {
             query: int(report.get("late_rows_total") or 0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -20,8 +21,10 @@ from serving.speed_consumer import SpeedConsumer
 from serving.stream import HEARTBEAT, HORIZON, WATERMARK, Client, Event, StreamHub, wire
 from shared.domain.view_specs import VIEW_NAMES, VIEWS
 from shared.platform.batch_store import BatchVersion
+from shared.platform.logs import log_event
 from shared.platform.speed_tables import SpeedTables
 
+logger = logging.getLogger("lambdaline.serving")
 router = keyed_router("/v1", "stream")
 
 ABORT = "lambdaline.abort"
@@ -124,6 +127,10 @@ class EventStream(Response):
         }
         try:
             await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            # the server is stopping (``lambdaline serve``'s shutdown grace is over): end the
+            # stream as a stream ends, so that its client reconnects elsewhere
+            log_event(logger, "stream_ended", why="the server is stopping")
         finally:
             for task in tasks:
                 task.cancel()

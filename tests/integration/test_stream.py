@@ -243,3 +243,45 @@ def test_a_client_that_never_reads_is_dropped_and_the_others_are_not_slowed(
     except ConnectionResetError:
         pass
     slow.close()
+
+
+def test_a_stopping_server_ends_its_open_streams_and_exits(kafka: Settings, tmp_path: Path) -> None:
+    """A stream never ends by itself; `lambdaline serve` stops anyway, ending it cleanly
+    (its client sees the end of the response, and reconnects elsewhere)."""
+    settings = isolated_settings(kafka, tmp_path / "state")
+    port = free_port()
+    log = tmp_path / "serve.log"
+    with log.open("ab") as sink:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "lambdaline.cli", "serve", "--port", str(port)],
+            env={**environment_of(settings), "LAMBDALINE_API_KEYS": KEY["X-API-Key"]},
+            stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    ended: list[str] = []
+    try:
+        with httpx2.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            assert wait_until_answers(client, 60, process=process), log.read_text()
+
+        def read() -> None:
+            with httpx2.stream(
+                "GET", f"http://127.0.0.1:{port}/v1/stream", headers=KEY, timeout=60
+            ) as response:
+                for _ in response.iter_lines():
+                    pass
+            ended.append("cleanly")
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        time.sleep(1.5)
+        started = time.monotonic()
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=20)
+        took = time.monotonic() - started
+        reader.join(timeout=10)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+    assert took < 15, took
+    assert ended == ["cleanly"]
+    assert '"stream_ended"' in log.read_text()

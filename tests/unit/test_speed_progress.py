@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
+import pytest
+from kafka.errors import KafkaConnectionError
+
+from shared.platform.speed_tables import SpeedTables
+from shared.settings import Settings
+from speed_layer import progress
 from speed_layer.progress import progress_record, state_operators
 
 # Spark's StreamingQueryProgress.json of a booth_stats micro-batch (as Spark 4.0 writes
@@ -79,3 +86,30 @@ def test_what_spark_leaves_out_of_a_first_report_is_none_or_empty() -> None:
     assert record["processed_rows_per_second"] is None
     assert (record["rows_dropped_by_watermark"], record["state_rows"]) == (0, 0)
     assert record["source_end_offsets"] == [{}]
+
+
+def test_the_late_row_totals_are_read_again_while_a_broker_is_down(monkeypatch: Any) -> None:
+    """A starting job's read of ``speed.progress`` meets a broker just killed: it tries
+    again (the others answer), and gives up only after ``LATE_ROWS_READ_S``."""
+    tables = SpeedTables()
+    tables.note_progress(json.dumps({
+        "query": "speed.booth_stats", "view_settings": {}, "late_rows_total": 7,
+    }).encode())  # fmt: skip
+    failures = [KafkaConnectionError("111 ECONNREFUSED")] * 2
+    calls = []
+
+    def read(settings: Settings, views: Any, timeout_s: float) -> SpeedTables:
+        calls.append(views)
+        if failures:
+            raise failures.pop()
+        return tables
+
+    monkeypatch.setattr(progress, "read_speed_store", read)
+    monkeypatch.setattr(progress.time, "sleep", lambda seconds: None)
+    assert progress.late_rows_reported(Settings()) == {"speed.booth_stats": 7}
+    assert len(calls) == 3
+
+    monkeypatch.setattr(progress, "LATE_ROWS_READ_S", -1.0)  # the deadline passed
+    failures.append(KafkaConnectionError("111 ECONNREFUSED"))
+    with pytest.raises(KafkaConnectionError):
+        progress.late_rows_reported(Settings())
