@@ -66,9 +66,11 @@ def test_batch_runs_killed_in_each_step_never_change_the_served_version(
     }  # fmt: skip
     logs = tmp_path / "logs"
     logs.mkdir()
+    # simulated time faster than real time (capped at 20 records/s): trips end, and exits
+    # are sent, within seconds, however quickly the runs below are killed
     generator = spawn_cli(
-        ["generate", "--events", "1000000", "--rate", "20", "--seed", "5", "--plates", "200",
-         "--start", "2026-01-05T06:00:00Z", "--workers", "1"],
+        ["generate", "--events", "1000000", "--rate", "20", "--speedup", "30", "--traffic", "0.5",
+         "--seed", "5", "--plates", "200", "--start", "2026-01-05T06:00:00Z", "--workers", "1"],
         env, logs / "generator.log",
     )  # fmt: skip
     try:
