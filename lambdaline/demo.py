@@ -262,7 +262,8 @@ def banner(settings: Settings, api: str, key: str, clock: SimClock) -> list[str]
         f"  open     {api}/   the dashboard (it asks for the key: {key})",
         f"  API      {api}   OpenAPI {api}/docs",
         f"  status   curl -s {header} {api}/v1/status",
-        f'  sql      curl -s {header} -d \'{{"query": "SELECT booth_id, sum(vehicle_count) '
+        f"  sql      curl -s {header} -H 'Content-Type: application/json' "
+        f'-d \'{{"query": "SELECT booth_id, sum(vehicle_count) '
         f"FROM booth_stats GROUP BY 1\"}}' {api}/v1/sql",
         f"  stream   curl -sN {header} '{api}/v1/stream?views=booth_stats'",
         f"  query    curl -s {header} '{api}/v1/booths/booth-01/stats"
