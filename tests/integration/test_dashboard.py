@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -27,7 +25,7 @@ from shared.platform.kafka_admin import kafka_producer
 from shared.settings import Settings
 from speed_layer import job
 from tests.browser import Browser
-from tests.integration.helpers import environment_of, isolated_settings
+from tests.integration.helpers import environment_of, isolated_settings, spawn_cli
 from tests.scenarios import entry_value
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -50,12 +48,11 @@ def api(kafka: Settings, tmp_path: Path) -> Iterator[tuple[Settings, str, Path]]
     settings = isolated_settings(kafka, tmp_path / "state")
     port = free_port()
     log = tmp_path / "serve.log"
-    with log.open("ab") as sink:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "lambdaline.cli", "serve", "--port", str(port)],
-            env={**environment_of(settings), "LAMBDALINE_API_KEYS": KEY},
-            stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+    server = spawn_cli(
+        ["serve", "--port", str(port)],
+        {**environment_of(settings), "LAMBDALINE_API_KEYS": KEY},
+        log,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         with httpx2.Client(base_url=url, timeout=30) as client:

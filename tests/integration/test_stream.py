@@ -13,8 +13,6 @@ import json
 import os
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -30,7 +28,7 @@ from lambdaline.kafka_broker import free_port
 from lambdaline.processes import wait_until_answers
 from shared.platform.kafka_admin import kafka_producer
 from shared.settings import Settings
-from tests.integration.helpers import environment_of, isolated_settings
+from tests.integration.helpers import environment_of, isolated_settings, spawn_cli
 
 pytestmark = [pytest.mark.integration]
 
@@ -59,11 +57,7 @@ def server(kafka: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         "LAMBDALINE_SERVING_STREAM_QUEUE": str(QUEUE),
         "LAMBDALINE_SERVING_STREAM_HEARTBEAT": "1s",
     }  # fmt: skip
-    with log.open("ab") as sink:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "lambdaline.cli", "serve", "--port", str(port)], env=env,
-            stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+    process = spawn_cli(["serve", "--port", str(port)], env, log)
     url = f"http://127.0.0.1:{port}"
     try:
         with httpx2.Client(base_url=url, headers=KEY, timeout=30) as client:
@@ -251,12 +245,11 @@ def test_a_stopping_server_ends_its_open_streams_and_exits(kafka: Settings, tmp_
     settings = isolated_settings(kafka, tmp_path / "state")
     port = free_port()
     log = tmp_path / "serve.log"
-    with log.open("ab") as sink:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "lambdaline.cli", "serve", "--port", str(port)],
-            env={**environment_of(settings), "LAMBDALINE_API_KEYS": KEY["X-API-Key"]},
-            stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
+    process = spawn_cli(
+        ["serve", "--port", str(port)],
+        {**environment_of(settings), "LAMBDALINE_API_KEYS": KEY["X-API-Key"]},
+        log,
+    )
     ended: list[str] = []
     try:
         with httpx2.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
