@@ -26,12 +26,11 @@ import pytest
 
 from batch_layer.publish import empty_store_tables, publish_version
 from lambdaline import kafka_broker
-from lambdaline.kafka_broker import free_port
 from lambdaline.processes import log_tail, stop_process, wait_until_answers
 from shared.platform.batch_store import STORE_TABLE_BY_NAME, read_current
 from shared.settings import Settings
 from tests.faults.conftest import Results, times
-from tests.integration.helpers import environment_of, isolated_settings, spawn_cli, wait_until
+from tests.integration.helpers import isolated_settings, spawn_api, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.faults]
 
@@ -57,21 +56,16 @@ def test_two_hundred_clients_through_version_swaps_and_a_broker_bounce(
 ) -> None:
     settings = isolated_settings(kafka_cluster, tmp_path / "state").updated(api_keys=[KEY])
     _publish(settings, 1)
-    port = free_port()
     log = tmp_path / "serve.log"
-    server = spawn_cli(
-        ["serve", "--port", str(port)],
-        {**environment_of(settings), "LAMBDALINE_API_KEYS": KEY},
-        log,
-    )
+    server, url = spawn_api(settings, KEY, log)
     headers = {"X-API-Key": KEY}
     try:
-        with httpx2.Client(base_url=f"http://127.0.0.1:{port}", headers=headers, timeout=30) as api:
+        with httpx2.Client(base_url=url, headers=headers, timeout=30) as api:
             assert wait_until_answers(api, 90, process=server), log_tail(log, 30)
             tally = Tally()
             stop = threading.Event()
             load = threading.Thread(
-                target=asyncio.run, args=(_clients(port, tally, stop, rng.random()),)
+                target=asyncio.run, args=(_clients(url, tally, stop, rng.random()),)
             )
             load.start()
             try:
@@ -135,10 +129,10 @@ def _wait_for_answers(tally: Tally, more: int) -> None:
     wait_until(lambda: sum(tally.answers.values()) >= target, 60, f"{more} more answers")
 
 
-async def _clients(port: int, tally: Tally, stop: threading.Event, seed: float) -> None:
+async def _clients(url: str, tally: Tally, stop: threading.Event, seed: float) -> None:
     limits = httpx2.Limits(max_connections=CLIENTS, max_keepalive_connections=CLIENTS)
     async with httpx2.AsyncClient(
-        base_url=f"http://127.0.0.1:{port}", headers={"X-API-Key": KEY}, timeout=60,
+        base_url=url, headers={"X-API-Key": KEY}, timeout=60,
         limits=limits,
     ) as client:  # fmt: skip
         await asyncio.gather(

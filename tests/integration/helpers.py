@@ -25,6 +25,7 @@ from batch_layer.master import (
     events_location,
     master_schema,
 )
+from lambdaline.kafka_broker import free_port
 from shared.domain.events import EVENT_TYPES
 from shared.domain.merge import best_candidates
 from shared.domain.topics import Topics
@@ -98,6 +99,16 @@ def spawn_cli(args: list[str], env: dict[str, str], log: Path) -> subprocess.Pop
             [sys.executable, "-m", "lambdaline.cli", *args], env=env, stdin=subprocess.DEVNULL,
             stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
+
+
+def spawn_api(
+    settings: Settings, key: str, log: Path, **env: str
+) -> tuple[subprocess.Popen[bytes], str]:
+    """``lambdaline serve`` on a free port with these settings and API ``key`` (and the
+    extra ``LAMBDALINE_*`` variables ``env``); its process and base URL."""
+    port = free_port()
+    environment = {**environment_of(settings), "LAMBDALINE_API_KEYS": key, **env}
+    return spawn_cli(["serve", "--port", str(port)], environment, log), f"http://127.0.0.1:{port}"
 
 
 def wait_until(done: Callable[[], bool], seconds: float, what: str) -> None:

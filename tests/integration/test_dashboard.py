@@ -18,14 +18,13 @@ import httpx2
 import pytest
 from pyspark.sql import SparkSession
 
-from lambdaline.kafka_broker import free_port
 from lambdaline.processes import wait_until_answers
 from shared.domain.events import format_instant
 from shared.platform.kafka_admin import kafka_producer
 from shared.settings import Settings
 from speed_layer import job
 from tests.browser import Browser
-from tests.integration.helpers import environment_of, isolated_settings, spawn_cli
+from tests.integration.helpers import isolated_settings, spawn_api
 from tests.scenarios import entry_value
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -46,14 +45,8 @@ def send_entry(settings: Settings, booth: str, plate: str, minutes_ago: float) -
 @pytest.fixture
 def api(kafka: Settings, tmp_path: Path) -> Iterator[tuple[Settings, str, Path]]:
     settings = isolated_settings(kafka, tmp_path / "state")
-    port = free_port()
     log = tmp_path / "serve.log"
-    server = spawn_cli(
-        ["serve", "--port", str(port)],
-        {**environment_of(settings), "LAMBDALINE_API_KEYS": KEY},
-        log,
-    )
-    url = f"http://127.0.0.1:{port}"
+    server, url = spawn_api(settings, KEY, log)
     try:
         with httpx2.Client(base_url=url, timeout=30) as client:
             assert wait_until_answers(client, 60, process=server), log.read_text()

@@ -24,11 +24,10 @@ from typing import Any
 import httpx2
 import pytest
 
-from lambdaline.kafka_broker import free_port
 from lambdaline.processes import wait_until_answers
 from shared.platform.kafka_admin import kafka_producer
 from shared.settings import Settings
-from tests.integration.helpers import environment_of, isolated_settings, spawn_cli
+from tests.integration.helpers import isolated_settings, spawn_api
 
 pytestmark = [pytest.mark.integration]
 
@@ -49,16 +48,11 @@ class Server:
 def server(kafka: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     state = tmp_path_factory.mktemp("stream")
     settings = isolated_settings(kafka, state)
-    port = free_port()
     log = state / "serve.log"
-    env = {
-        **environment_of(settings), "LAMBDALINE_API_KEYS": KEY["X-API-Key"],
-        "LAMBDALINE_SERVING_STREAM_BUFFER": str(BUFFER),
-        "LAMBDALINE_SERVING_STREAM_QUEUE": str(QUEUE),
-        "LAMBDALINE_SERVING_STREAM_HEARTBEAT": "1s",
-    }  # fmt: skip
-    process = spawn_cli(["serve", "--port", str(port)], env, log)
-    url = f"http://127.0.0.1:{port}"
+    process, url = spawn_api(
+        settings, KEY["X-API-Key"], log, LAMBDALINE_SERVING_STREAM_BUFFER=str(BUFFER),
+        LAMBDALINE_SERVING_STREAM_QUEUE=str(QUEUE), LAMBDALINE_SERVING_STREAM_HEARTBEAT="1s",
+    )  # fmt: skip
     try:
         with httpx2.Client(base_url=url, headers=KEY, timeout=30) as client:
             assert wait_until_answers(client, 60, process=process), log.read_text()
@@ -243,22 +237,15 @@ def test_a_stopping_server_ends_its_open_streams_and_exits(kafka: Settings, tmp_
     """A stream never ends by itself; `lambdaline serve` stops anyway, ending it cleanly
     (its client sees the end of the response, and reconnects elsewhere)."""
     settings = isolated_settings(kafka, tmp_path / "state")
-    port = free_port()
     log = tmp_path / "serve.log"
-    process = spawn_cli(
-        ["serve", "--port", str(port)],
-        {**environment_of(settings), "LAMBDALINE_API_KEYS": KEY["X-API-Key"]},
-        log,
-    )
+    process, url = spawn_api(settings, KEY["X-API-Key"], log)
     ended: list[str] = []
     try:
-        with httpx2.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+        with httpx2.Client(base_url=url, timeout=30) as client:
             assert wait_until_answers(client, 60, process=process), log.read_text()
 
         def read() -> None:
-            with httpx2.stream(
-                "GET", f"http://127.0.0.1:{port}/v1/stream", headers=KEY, timeout=60
-            ) as response:
+            with httpx2.stream("GET", f"{url}/v1/stream", headers=KEY, timeout=60) as response:
                 for _ in response.iter_lines():
                     pass
             ended.append("cleanly")
