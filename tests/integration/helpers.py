@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+from kafka import TopicPartition
 from pyspark.sql import SparkSession
 
 from batch_layer import hadoop_files
@@ -154,19 +155,37 @@ def send(settings: Settings, topic: str, records: list[tuple[bytes, bytes, str]]
     producer.close()
 
 
-def read_all(settings: Settings, *topics: str) -> list[Any]:
-    """Every record of the topics, from the beginning (no consumer group)."""
-    consumer = kafka_consumer(
-        settings.kafka,
-        "lambdaline-tests",
-        auto_offset_reset="earliest",
-        consumer_timeout_ms=3000,
-        group_id=None,
-    )
-    consumer.subscribe(list(topics))
-    records = list(consumer)
-    consumer.close()
-    return records
+def read_all(settings: Settings, *topics: str, timeout_s: float = 60.0) -> list[Any]:
+    """Every record of the topics from the beginning (no consumer group) to their end
+    offsets when called; a topic that does not exist has none.
+
+    Read to the ends taken first, not until the topics fall quiet: a topic a running
+    job writes to every second (``speed.progress``) never does.
+    """
+    consumer = kafka_consumer(settings.kafka, "lambdaline-tests", group_id=None)
+    try:
+        partitions = [
+            TopicPartition(topic, number)
+            for topic in topics
+            for number in sorted(consumer.partitions_for_topic(topic) or ())
+        ]
+        if not partitions:
+            return []
+        consumer.assign(partitions)
+        consumer.seek_to_beginning(*partitions)
+        ends = consumer.end_offsets(partitions)
+        records: list[Any] = []
+        deadline = time.monotonic() + timeout_s
+        while any(consumer.position(p) < end for p, end in ends.items()):
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"{', '.join(topics)} not read to their ends in {timeout_s:g} s"
+                )
+            for partition, batch in consumer.poll(timeout_ms=500).items():
+                records += [r for r in batch if r.offset < ends[partition]]
+        return records
+    finally:
+        consumer.close()
 
 
 def speed_view(settings: Settings, view: str) -> dict[str, dict[str, Any]]:
