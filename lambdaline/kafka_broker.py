@@ -46,6 +46,7 @@ from kafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 from shared.platform.jvm import JdkToolMissingError, JvmProfile, jdk_tool, resolve_jars
 from shared.platform.kafka_admin import admin_client, port_open
 from shared.platform.kafka_security import jaas_config
+from shared.platform.process_groups import runs_as
 from shared.platform.topic_admin import replication
 from shared.settings import KafkaSettings, Settings
 
@@ -443,20 +444,7 @@ def _read_pid(paths: BrokerPaths) -> int | None:
 
 def _is_our_broker(pid: int, paths: BrokerPaths) -> bool:
     """True if pid is alive and is the broker started with our config (not a reused pid)."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError, IndexError):
-        return False
-    if state == "Z":  # exited, waiting to be reaped by us
-        _reap(pid)
-        return False
-    return _MAIN_CLASS.encode() in cmdline and str(paths.config.resolve()).encode() in cmdline
-
-
-def _reap(pid: int) -> None:
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, os.WNOHANG)
+    return runs_as(pid, _MAIN_CLASS, str(paths.config.resolve()))
 
 
 def _gone(pid: int, paths: BrokerPaths) -> bool:

@@ -37,7 +37,7 @@ from typing import Any
 import pyspark
 
 from shared.platform.kafka_admin import port_open
-from shared.platform.process_groups import end_group
+from shared.platform.process_groups import end_group, runs_as
 from shared.settings import Settings
 
 SPARK_CLASS = Path(pyspark.__file__).parent / "bin" / "spark-class"
@@ -129,16 +129,9 @@ def _running_pid(settings: Settings, daemon: Daemon) -> int | None:
     """The daemon's pid if it runs as this state folder's daemon (not a reused pid)."""
     try:
         pid = int(daemon.pid_file.read_text().strip())
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ValueError, ProcessLookupError, IndexError):
+    except (FileNotFoundError, ValueError):
         return None
-    if state == "Z":
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, os.WNOHANG)
-        return None
-    ours = daemon.main_class.encode() in cmdline and _identity(settings).encode() in cmdline
-    return pid if ours else None
+    return pid if runs_as(pid, daemon.main_class, _identity(settings)) else None
 
 
 def master_state(settings: Settings, timeout: float = 5.0) -> dict[str, Any] | None:

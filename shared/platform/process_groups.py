@@ -17,6 +17,7 @@ import os
 import signal
 import threading
 import time
+from pathlib import Path
 
 GROUP_EXIT_GRACE_S = 10.0
 """How long a group may take to exit once its leader has: a JVM's exit hooks take 1-3 s."""
@@ -50,3 +51,22 @@ def end_group(
         return
     with contextlib.suppress(ProcessLookupError):
         os.killpg(group, signal.SIGKILL)
+
+
+def runs_as(pid: int, *arguments: str) -> bool:
+    """True if ``pid`` is alive and each of ``arguments`` is one of its command line's,
+    so a pid the kernel gave to another process since is not taken for ours.
+
+    An exited child of ours (a zombie, its command line already empty) is reaped
+    here and counts as gone.
+    """
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    if state == "Z":
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+        return False
+    return all(argument.encode() in cmdline for argument in arguments)

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from lambdaline.processes import Child, Supervisor
-from shared.platform.process_groups import end_group, group_is_gone
+from shared.platform.process_groups import end_group, group_is_gone, runs_as
 
 
 def _leader_leaving(child: str, tmp_path: Path) -> subprocess.Popen[bytes]:
@@ -90,3 +90,28 @@ def test_sigterm_runs_the_clean_up_to_its_end_even_when_signalled_again(tmp_path
     finally:
         process.kill()
         process.wait()
+
+
+def test_a_pid_runs_as_ours_while_it_lives_with_our_arguments_and_a_zombie_is_reaped() -> None:
+    program = "import time; print('started', flush=True); time.sleep(60)"
+    child = subprocess.Popen(
+        [sys.executable, "-c", program, "marker-of-ours"], stdout=subprocess.PIPE
+    )
+    assert child.stdout is not None
+    assert child.stdout.readline() == b"started\n"  # past its exec: its own command line
+    try:
+        assert runs_as(child.pid, sys.executable, "marker-of-ours")
+        assert not runs_as(child.pid, sys.executable, "marker-of-another")
+        assert not runs_as(child.pid, "marker")  # whole arguments, not parts of them
+        child.kill()
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            assert time.monotonic() < deadline, "the killed child never became a zombie"
+            time.sleep(0.05)
+        # a zombie: gone, and reaped
+        assert not runs_as(child.pid, sys.executable, "marker-of-ours")
+        assert not Path(f"/proc/{child.pid}").exists()
+    finally:
+        child.kill()
+        child.wait(timeout=10)
+        child.stdout.close()
