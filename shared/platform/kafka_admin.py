@@ -12,12 +12,14 @@ import contextlib
 import logging
 import re
 import socket
+import time
 import uuid
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.consumer.fetcher import ConsumerRecord
 from kafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError
 
 from shared.platform.kafka_security import python_client_configs
@@ -352,6 +354,28 @@ def kafka_consumer(kafka: KafkaSettings, client_id: str, **configs: Any) -> Kafk
             **python_client_configs(kafka),
             **configs,
         )
+
+
+def records_to_end(
+    consumer: KafkaConsumer, partitions: Sequence[TopicPartition], timeout_s: float
+) -> Iterator[list[ConsumerRecord]]:
+    """Each poll's records of one partition, from the beginning of ``partitions`` to the
+    end offsets they had when asked: what was there then, however busy the topics
+    are meanwhile. Raises TimeoutError if the ends are not reached within ``timeout_s``.
+    """
+    if not partitions:
+        return
+    consumer.assign(list(partitions))
+    consumer.seek_to_beginning(*partitions)
+    ends = consumer.end_offsets(list(partitions))
+    deadline = time.monotonic() + timeout_s
+    while any(consumer.position(partition) < end for partition, end in ends.items()):
+        if time.monotonic() > deadline:
+            topics = ", ".join(sorted({partition.topic for partition in partitions}))
+            raise TimeoutError(f"{topics} not read to their ends in {timeout_s:g} s")
+        for partition, records in consumer.poll(timeout_ms=500, max_records=10_000).items():
+            end = ends[partition]
+            yield records if records[-1].offset < end else [r for r in records if r.offset < end]
 
 
 def kafka_producer(kafka: KafkaSettings, client_id: str, **configs: Any) -> KafkaProducer:

@@ -8,7 +8,6 @@ once, to the end offsets it found, with the same function.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -16,7 +15,11 @@ from kafka import TopicPartition
 from kafka.consumer.fetcher import ConsumerRecord
 
 from shared.domain.view_specs import VIEW_NAMES
-from shared.platform.kafka_admin import KafkaTopicsMissingError, kafka_consumer
+from shared.platform.kafka_admin import (
+    KafkaTopicsMissingError,
+    kafka_consumer,
+    records_to_end,
+)
 from shared.platform.speed_tables import BadSpeedRecordError, ChangedRow, SpeedTables
 from shared.settings import Settings
 
@@ -88,15 +91,8 @@ def read_speed_store(
             for topic, numbers in found.items()
             for number in sorted(numbers or ())
         ]
-        consumer.assign(partitions)
-        consumer.seek_to_beginning(*partitions)
-        ends = consumer.end_offsets(partitions)
-        deadline = time.monotonic() + timeout_s
-        while any(consumer.position(p) < end for p, end in ends.items() if end > 0):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the speed store was not read to its end in {timeout_s:g} s")
-            for batch in consumer.poll(timeout_ms=500, max_records=10_000).values():
-                apply_polled(tables, views_by_topic, batch)
+        for records in records_to_end(consumer, partitions, timeout_s):
+            apply_polled(tables, views_by_topic, records)
     except BaseException:
         tables.close()
         raise

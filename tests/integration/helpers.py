@@ -32,7 +32,7 @@ from shared.domain.merge import best_candidates
 from shared.domain.topics import Topics
 from shared.domain.view_specs import VIEW_BY_NAME
 from shared.platform.batch_store import STORE_TABLE_BY_NAME, read_current, version_file
-from shared.platform.kafka_admin import kafka_consumer, kafka_producer
+from shared.platform.kafka_admin import kafka_consumer, kafka_producer, records_to_end
 from shared.platform.kafka_security import security_environment
 from shared.platform.topic_admin import create_topics
 from shared.settings import Settings
@@ -156,12 +156,9 @@ def send(settings: Settings, topic: str, records: list[tuple[bytes, bytes, str]]
 
 
 def read_all(settings: Settings, *topics: str, timeout_s: float = 60.0) -> list[Any]:
-    """Every record of the topics from the beginning (no consumer group) to their end
-    offsets when called; a topic that does not exist has none.
-
-    Read to the ends taken first, not until the topics fall quiet: a topic a running
-    job writes to every second (``speed.progress``) never does.
-    """
+    """Every record of the topics, from the beginning (no consumer group) to their end
+    offsets when called (a topic a running job writes to never falls quiet); a topic
+    that does not exist has none."""
     consumer = kafka_consumer(settings.kafka, "lambdaline-tests", group_id=None)
     try:
         partitions = [
@@ -169,21 +166,11 @@ def read_all(settings: Settings, *topics: str, timeout_s: float = 60.0) -> list[
             for topic in topics
             for number in sorted(consumer.partitions_for_topic(topic) or ())
         ]
-        if not partitions:
-            return []
-        consumer.assign(partitions)
-        consumer.seek_to_beginning(*partitions)
-        ends = consumer.end_offsets(partitions)
-        records: list[Any] = []
-        deadline = time.monotonic() + timeout_s
-        while any(consumer.position(p) < end for p, end in ends.items()):
-            if time.monotonic() > deadline:
-                raise AssertionError(
-                    f"{', '.join(topics)} not read to their ends in {timeout_s:g} s"
-                )
-            for partition, batch in consumer.poll(timeout_ms=500).items():
-                records += [r for r in batch if r.offset < ends[partition]]
-        return records
+        return [
+            record
+            for records in records_to_end(consumer, partitions, timeout_s)
+            for record in records
+        ]
     finally:
         consumer.close()
 
