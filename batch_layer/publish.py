@@ -10,6 +10,7 @@ only after the pointer has moved, and never the one ``CURRENT`` names.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Iterator, Mapping, Sequence
@@ -59,7 +60,14 @@ def run_lock(store: Path) -> Iterator[None]:
 
 
 def empty_store_tables() -> dict[str, pa.Table]:
-    """Every store table with no rows, as Arrow: the fresh rows of a run that recomputes nothing."""
+    """Every store table with no rows, as Arrow: the fresh rows of a run that recomputes
+    nothing. A new dict each call (callers replace its tables); the tables are immutable."""
+    return dict(_empty_store_tables())
+
+
+@functools.cache
+def _empty_store_tables() -> Mapping[str, pa.Table]:
+    # the store's DDL read back by DuckDB itself (a connection costs ~25 ms: once)
     with duckdb.connect() as connection:
         tables = {}
         for spec in STORE_TABLES:

@@ -7,11 +7,11 @@ master, memory and jars come from the submit command (see deploy/spark/); only
 the SQL settings the views depend on (UTC session time zone, shuffle partitions,
 Parquet timestamp type) are applied.
 
-State stays in Spark's default HDFS-backed state store: on this project's small
-local state it measured faster than RocksDB (no-data micro-batches of the join
-queries took 3-6 s instead of ~40 s on two cores). For large state on a cluster,
-pass ``--conf spark.sql.streaming.stateStore.providerClass=...RocksDBStateStoreProvider``
-to spark-submit (before the first run: a checkpoint keeps its provider).
+Both layers build their plans through thousands of PySpark calls (the shared
+decode alone makes about 2,000 column expressions), so the session leaves
+PySpark's DataFrame debugging off (:data:`SESSION_CONF`): with it on, every such
+call first asks the JVM for the active session, a setting and the caller's stack,
+five round trips instead of one.
 
 A local driver keeps its scratch (shuffle files, spills, the temporary
 directories of each application, the session's ``artifacts``) under
@@ -45,9 +45,16 @@ DRIVER_LOG4J2 = Path(__file__).with_name("spark-log4j2.properties")
 """A local driver's logging: Spark's defaults at WARN, less warnings that ask nothing."""
 
 
-STREAMING_CONF = {"spark.sql.streaming.stopTimeout": f"{QUERY_STOP_TIMEOUT_S * 1000}ms"}
-"""Both layers' streams: a query's stop() is bounded
-(``shared.platform.streaming.QUERY_STOP_TIMEOUT_S``)."""
+SESSION_CONF = {
+    # a query's stop() is bounded (shared.platform.streaming.QUERY_STOP_TIMEOUT_S)
+    "spark.sql.streaming.stopTimeout": f"{QUERY_STOP_TIMEOUT_S * 1000}ms",
+    # every PySpark call would otherwise record its Python call site in the JVM
+    # (four more py4j round trips each): building the speed job's plans took 7.6 s
+    # instead of 2.7 s (docs/performance.md). It only adds the Python line to the
+    # context of a runtime error; set it to true in spark_conf to have that.
+    "spark.python.sql.dataFrameDebugging.enabled": "false",
+}
+"""Both layers' session settings, under their own tuning and the user's ``spark_conf``."""
 
 
 def under_spark_submit() -> bool:
@@ -65,7 +72,7 @@ def spark_session(
     ``spark_conf`` setting overrides it key by key.
     """
     builder = SparkSession.builder.appName(app_name)
-    config = {**STREAMING_CONF, **(extra_config or {}), **settings.spark.conf}
+    config = {**SESSION_CONF, **(extra_config or {}), **settings.spark.conf}
     launch_environment: dict[str, str] = {}
     if not under_spark_submit():
         if settings.spark.master.startswith("local"):
