@@ -13,6 +13,7 @@ from pyspark.sql import SparkSession
 from rich import box
 from rich.console import Console
 from rich.table import Column, Table
+from rich.text import Text
 
 from batch_layer import ingest_reset
 from batch_layer.master import MasterDatasetError
@@ -207,7 +208,8 @@ def batch_versions(
 def _versions_table(documents: list[dict[str, Any]], store: Path) -> Table:
     """One row per version and table, so it reads in 80 columns (``--json`` for scripts)."""
     table = Table(
-        title=f"batch versions in {store}",
+        # a store's path has no space to wrap at: folded, it stays within the width
+        title=Text(f"batch versions in {store}", overflow="fold"),
         caption="* current: the version the API serves; ↩ rolled back: withdrawn, not served",
         box=box.SIMPLE_HEAD,
         padding=(0, 1, 0, 0),

@@ -1,10 +1,18 @@
 """Fixtures shared by every test: one SparkSession for the whole run; for the tests that
 need clusters, one Kafka cluster of three brokers and one Spark standalone cluster;
-clean settings."""
+clean settings. And the suite's two tiers (``--tier``), with the fast tier's time kept.
+
+``pytest --tier fast`` (``make test-fast``) runs the tests that need no broker and
+start no process of the project's; ``pytest --tier slow`` the integration, fault and
+end-to-end tests, with the check that the last fast run kept to its limit. ``make
+test`` runs both, in that order. A fast run that ends records its wall time (from the
+interpreter's start) in pytest's cache, under :data:`FAST_TIER_RECORD`.
+"""
 
 from __future__ import annotations
 
 import os
+from datetime import UTC, datetime
 
 os.environ.setdefault(
     "PYARROW_IGNORE_TIMEZONE", "1"
@@ -21,6 +29,54 @@ from shared.platform.spark_session import spark_session
 from shared.platform.topic_admin import create_topics
 from shared.settings import Settings, get_settings
 from speed_layer.job import SPEED_SPARK_CONF
+
+
+TIERS = {
+    "fast": "not integration and not e2e and not fast_tier_time",
+    "slow": "integration or e2e or fast_tier_time",
+}
+"""Each tier's marker expression: together they select every test once."""
+FAST_TIER_RECORD = "lambdaline/fast-tier"
+"""The pytest cache key of the last fast run's ``seconds``, ``tests`` and ``finished_at``."""
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--tier", choices=sorted(TIERS), help="run one tier of the suite (instead of -m)"
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    tier = config.getoption("--tier")
+    if tier is not None:
+        if config.option.markexpr:
+            raise pytest.UsageError("--tier chooses the tests by their marks: leave out -m")
+        config.option.markexpr = TIERS[tier]
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    config = session.config
+    # the whole tier: every test of it (no paths or -k given), and not stopped half-way
+    ran_whole = (
+        exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
+        and config.args_source is pytest.Config.ArgsSource.TESTPATHS
+        and not config.option.keyword
+    )
+    on_controller = not hasattr(config, "workerinput")  # pytest-xdist's workers have it
+    if config.getoption("--tier") == "fast" and ran_whole and on_controller:
+        record = {
+            "seconds": round(_seconds_since_start(), 1),
+            "tests": session.testscollected,
+            "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        }
+        config.cache.set(FAST_TIER_RECORD, record)
+
+
+def _seconds_since_start() -> float:
+    """This process's age: the interpreter's start-up and pytest's imports included."""
+    with open("/proc/self/stat") as stat, open("/proc/uptime") as uptime:
+        started_ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
+        return float(uptime.read().split()[0]) - started_ticks / os.sysconf("SC_CLK_TCK")
 
 
 @pytest.fixture(scope="session")

@@ -30,6 +30,11 @@ def error_text(output: str) -> str:
     return " ".join(output.replace("│", " ").split())
 
 
+def unspaced(text: str) -> str:
+    """:func:`error_text` without any space: where rich broke a line does not matter."""
+    return "".join(error_text(text).split())
+
+
 def test_help_lists_the_commands() -> None:
     result = runner.invoke(app, ["--help"])
     assert result.exit_code == 0
@@ -95,12 +100,15 @@ def test_an_out_option_naming_the_wrong_kind_of_path_is_refused(tmp_path: Path) 
     a_file.write_text("")
     generate = runner.invoke(app, ["generate", "--events", "1", "--out", str(tmp_path)])
     assert generate.exit_code == 2
-    assert f"Invalid value for '--out': file '{tmp_path}' is a directory" in error_text(
+    # a path longer than the box's line is cut anywhere: compared without spaces
+    assert unspaced(f"Invalid value for '--out': file '{tmp_path}' is a directory") in unspaced(
         generate.output
     )
     bench = runner.invoke(app, ["bench", "--out", str(a_file)])
     assert bench.exit_code == 2
-    assert f"Invalid value for '--out': dir '{a_file}' is a file" in error_text(bench.output)
+    assert unspaced(f"Invalid value for '--out': dir '{a_file}' is a file") in unspaced(
+        bench.output
+    )
 
 
 def test_generate_to_a_file(tmp_path: Path) -> None:
