@@ -30,7 +30,6 @@ from shared.platform.topic_admin import create_topics
 from shared.settings import Settings, get_settings
 from speed_layer.job import SPEED_SPARK_CONF
 
-
 TIERS = {
     "fast": "not integration and not e2e and not fast_tier_time",
     "slow": "integration or e2e or fast_tier_time",
@@ -54,6 +53,23 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.markexpr = TIERS[tier]
 
 
+CLUSTERS = frozenset({"kafka_cluster", "spark_standalone"})
+"""The session fixtures that start clusters (three brokers; a Spark master and two workers)."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Groups for pytest-xdist's ``--dist loadgroup``, where each worker is a session of its
+    own, with its own engines: every test on :data:`CLUSTERS` goes to one worker (so they
+    start once), and a module's tests stay together (its module-scoped engines too).
+    Under loadgroup the clusters' group is sent first: it is the longest."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            group = "clusters" if CLUSTERS & set(item.fixturenames) else item.nodeid.split("::")[0]
+            item.add_marker(pytest.mark.xdist_group(group))
+    if getattr(config.option, "dist", "no") == "loadgroup":
+        items.sort(key=lambda item: not CLUSTERS & set(item.fixturenames))  # stable
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     # the whole tier: every test of it (no paths or -k given), and not stopped half-way
@@ -74,9 +90,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def _seconds_since_start() -> float:
     """This process's age: the interpreter's start-up and pytest's imports included."""
-    with open("/proc/self/stat") as stat, open("/proc/uptime") as uptime:
-        started_ticks = int(stat.read().rsplit(")", 1)[1].split()[19])
-        return float(uptime.read().split()[0]) - started_ticks / os.sysconf("SC_CLK_TCK")
+    # field 22 of stat (after the name in parentheses): the start, in clock ticks since boot
+    started_ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+    uptime = float(Path("/proc/uptime").read_text().split()[0])
+    return uptime - started_ticks / os.sysconf("SC_CLK_TCK")
 
 
 @pytest.fixture(scope="session")

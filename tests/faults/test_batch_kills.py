@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -45,11 +46,22 @@ from tests.integration.helpers import (
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.faults]
 
 RUN_DATE = date(2026, 1, 5)
-FAILPOINTS = (
-    ["ingest_before_log", "ingest_before_commit", "recompute_before_publish",
-     "publish_tables", "publish_before_pointer"]
-    if FULL else ["ingest_before_commit", "recompute_before_publish", "publish_before_pointer"]
-)  # fmt: skip
+FAILPOINTS = [
+    "ingest_before_log", "ingest_before_commit", "recompute_before_publish", "publish_tables",
+    "publish_before_pointer",
+]  # fmt: skip
+ALWAYS = "publish_before_pointer"
+"""The failpoint a reduced run always kills at (a version written whole, ``CURRENT`` not
+yet renamed); it adds one of the others, by the seed. The integration tests kill at
+ingest_before_log, ingest_before_commit and publish_tables on every run
+(tests/integration/test_batch_layer.py)."""
+
+
+def failpoints(rng: random.Random) -> list[str]:
+    """Where this run's batch runs are killed: all five in a full run, two in a reduced one."""
+    if FULL:
+        return FAILPOINTS
+    return [rng.choice([point for point in FAILPOINTS if point != ALWAYS]), ALWAYS]
 
 
 def test_batch_runs_killed_in_each_step_never_change_the_served_version(
@@ -57,8 +69,10 @@ def test_batch_runs_killed_in_each_step_never_change_the_served_version(
     spark_standalone: Settings,
     spark: SparkSession,
     tmp_path: Path,
+    rng: random.Random,
     results: Results,
 ) -> None:
+    points = failpoints(rng)
     settings = isolated_settings(kafka_cluster, tmp_path / "state")
     env = {
         **environment_of(settings), **LOOPBACK, **NO_PYTHON,
@@ -80,7 +94,7 @@ def test_batch_runs_killed_in_each_step_never_change_the_served_version(
         assert served is not None
         pointer = (settings.batch_store / "CURRENT").read_bytes()
         tables = _tables(settings, served.version)
-        for point in FAILPOINTS:
+        for point in points:
             assert generator.poll() is None, "the generator had ended: the run was not under load"
             _kill_at(point, env, logs)
             assert (settings.batch_store / "CURRENT").read_bytes() == pointer, point
@@ -102,8 +116,8 @@ def test_batch_runs_killed_in_each_step_never_change_the_served_version(
     assert published == expected, f"{wrong} rows differ"
     results.add(
         "kill -9 the batch run (on a Spark cluster) in ingest, recompute and publish",
-        len(FAILPOINTS),
-        f"served version unchanged by every killed run ({', '.join(FAILPOINTS)}); "
+        len(points),
+        f"served version unchanged by every killed run ({', '.join(points)}); "
         "the next run published a version equal to a batch from scratch",
         rows_wrong=wrong,
     )

@@ -54,7 +54,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.faults]
 KEY = "faults-key"
 EVERYTHING = {"from": "2026-01-01T00:00:00Z", "to": "2026-01-08T00:00:00Z", "limit": 100000}
 START = datetime(2026, 1, 5, 6, tzinfo=UTC)
-KILLS = times(reduced=3, full=10)
+KILLS = times(reduced=2, full=10)
 RATE = 40  # records/s: about 18 entries/s, sent throughout the kills
 TRAFFIC = 1  # entries per simulated second: the clock runs ~18x, so trips end (median 12
 # simulated minutes) however quickly the kills come

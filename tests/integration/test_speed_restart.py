@@ -109,9 +109,9 @@ def test_sigterm_stops_every_query_cleanly(kafka: Settings, tmp_path: Path) -> N
 def test_a_broker_gone_ends_the_job_with_one_line_and_its_checkpoint_goes_on(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    # a broker of its own, to stop; its clients give up after 10 s rather than 30
+    # a broker of its own, to stop; its clients give up after 5 s rather than 60
     settings = broker_settings(tmp_path / "state").updated(
-        **{"kafka_timeout": timedelta(seconds=10)}
+        **{"kafka_timeout": timedelta(seconds=5)}
     )
     kafka_broker.start(settings)
     log_path = tmp_path / "speed.log"
@@ -130,7 +130,7 @@ def test_a_broker_gone_ends_the_job_with_one_line_and_its_checkpoint_goes_on(
         with log_path.open("wb") as log:
             driver = subprocess.Popen(
                 [sys.executable, "-m", "lambdaline.cli", "speed", "run"],
-                env={**environment_of(settings), "LAMBDALINE_KAFKA_TIMEOUT": "10s"},
+                env={**environment_of(settings), "LAMBDALINE_KAFKA_TIMEOUT": "5s"},
                 stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True,
             )  # fmt: skip
