@@ -17,9 +17,9 @@ STAMP  := $(VENV)/.installed-stamp
 CONSTRAINTS ?= constraints.txt
 # when this make began (make test's total time)
 STARTED := $(shell date +%s)
-# the fast tier on two workers (a worker that runs out takes tests from the other); it records
+# the fast tier on two workers (its Spark tests on one, tests/conftest.py says why); it records
 # its wall time, which a test of the slow tier holds to 4 minutes
-FAST_TIER = $(BIN)/pytest --tier fast -n 2 --dist worksteal
+FAST_TIER = $(BIN)/pytest --tier fast -n 2 --dist loadgroup
 # the JDK that Spark, the broker and keytool run on: JAVA_HOME's, as their own scripts do
 JAVA   := $(if $(JAVA_HOME),$(JAVA_HOME)/bin/java,java)
 

@@ -57,17 +57,28 @@ CLUSTERS = frozenset({"kafka_cluster", "spark_standalone"})
 """The session fixtures that start clusters (three brokers; a Spark master and two workers)."""
 
 
+def xdist_group(item: pytest.Item) -> str:
+    """The group of a test under pytest-xdist's ``--dist loadgroup``, where each worker is a
+    session of its own, with its own engines: the tests on :data:`CLUSTERS` go to one
+    worker, and so do the unit tests on Spark (so each starts once); the others stay
+    with their module (its module-scoped engines too)."""
+    fixtures = set(item.fixturenames)
+    if CLUSTERS & fixtures:
+        return "clusters"
+    if "spark" in fixtures and not any(item.iter_markers("integration")):
+        return "unit-spark"
+    return item.nodeid.split("::")[0]
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Groups for pytest-xdist's ``--dist loadgroup``, where each worker is a session of its
-    own, with its own engines: every test on :data:`CLUSTERS` goes to one worker (so they
-    start once), and a module's tests stay together (its module-scoped engines too).
-    Under loadgroup the clusters' group is sent first: it is the longest."""
+    """Each test's :func:`xdist_group`; under loadgroup the two shared groups are sent
+    first, as the longest."""
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
-            group = "clusters" if CLUSTERS & set(item.fixturenames) else item.nodeid.split("::")[0]
-            item.add_marker(pytest.mark.xdist_group(group))
+            item.add_marker(pytest.mark.xdist_group(xdist_group(item)))
     if getattr(config.option, "dist", "no") == "loadgroup":
-        items.sort(key=lambda item: not CLUSTERS & set(item.fixturenames))  # stable
+        shared = ("clusters", "unit-spark")
+        items.sort(key=lambda item: xdist_group(item) not in shared)  # a stable sort
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
