@@ -15,8 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import SHORT_LIVED_DRIVER
-
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -27,8 +25,7 @@ def test_bench_writes_results_report_and_charts(tmp_path: Path) -> None:
         sys.executable, "-m", "lambdaline.cli", "bench", "--events", "3000",
         "--out", str(tmp_path), "--probes", "2", "--load-rates", "10", "--load-seconds", "1",
     ]  # fmt: skip
-    # its figures are checked for shape, not size: its drivers may compile with C1 only
-    env = {**os.environ, "LAMBDALINE_KAFKA_HEAP": "512m", **SHORT_LIVED_DRIVER}
+    env = {**os.environ, "LAMBDALINE_KAFKA_HEAP": "512m"}
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     [folder] = list(tmp_path.iterdir())

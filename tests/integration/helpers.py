@@ -55,19 +55,11 @@ def isolated_settings(kafka: Settings, state_dir: Path) -> Settings:
     return settings
 
 
-SHORT_LIVED_DRIVER = {"SPARK_SUBMIT_OPTS": "-XX:TieredStopAtLevel=1"}
-"""A test's Spark driver (``spark-submit``'s JVM, which reads SPARK_SUBMIT_OPTS) compiles
-with C1 only: it runs for seconds over a few records, too short for C2's compiling to
-pay back its CPU. (The session's own Spark, which runs the whole suite, keeps C2.)"""
-
-
 def environment_of(settings: Settings) -> dict[str, str]:
-    """The LAMBDALINE_* variables that make a subprocess use these settings (and a test's
-    :data:`SHORT_LIVED_DRIVER`)."""
+    """The LAMBDALINE_* variables that make a subprocess use these settings."""
     topics = settings.topics
     return {
         **os.environ,
-        **SHORT_LIVED_DRIVER,
         "LAMBDALINE_STATE_DIR": str(settings.state_dir),
         "LAMBDALINE_KAFKA_BOOTSTRAP": settings.kafka.bootstrap,
         "LAMBDALINE_SPARK_MASTER": "local[2]",
