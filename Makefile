@@ -80,13 +80,13 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-# The whole suite in its two tiers (tests/conftest.py): the fast one on two workers, then
-# the slow one, with its 15 slowest tests listed; both run, and make test fails if either
-# did. The total, set-up and lint included, is printed last, to keep it in view.
+# The whole suite in its two tiers (tests/conftest.py), each on two workers: the fast one,
+# then the slow one, with its 15 slowest tests listed; both run, and make test fails if
+# either did. The total, set-up and lint included, is printed last, to keep it in view.
 test: setup lint
 	@status=0; \
 	$(FAST_TIER) || status=$$?; \
-	$(BIN)/pytest --tier slow --durations=15 || status=$$?; \
+	$(BIN)/pytest --tier slow -n 2 --dist loadgroup --durations=15 || status=$$?; \
 	echo "make test: $$(( $$(date +%s) - $(STARTED) )) s in all (set-up and lint included)$$( [ $$status = 0 ] || echo ", failed")"; \
 	exit $$status
 
