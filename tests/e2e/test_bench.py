@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+# beyond the suite's 600 s: on make test's two workers it took 406 s
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(1200)]
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -43,7 +43,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     if FULL:
         for item in items:
             if item.get_closest_marker("faults") is not None:
-                item.add_marker(pytest.mark.timeout(FULL_TIMEOUT_S))
+                item.add_marker(pytest.mark.timeout(FULL_TIMEOUT_S), append=False)  # before its own
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,13 @@ from tests.integration.helpers import (
     spawn_cli,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.faults]
+# beyond the suite's 600 s: on make test's two workers it took 380 s
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.slow,
+    pytest.mark.faults,
+    pytest.mark.timeout(1200),
+]
 
 RUN_DATE = date(2026, 1, 5)
 FAILPOINTS = [
