@@ -17,9 +17,10 @@ STAMP  := $(VENV)/.installed-stamp
 CONSTRAINTS ?= constraints.txt
 # when this make began (make test's total time)
 STARTED := $(shell date +%s)
-# the fast tier on two workers (its Spark tests on one, tests/conftest.py says why); it records
-# its wall time, which a test of the slow tier holds to 4 minutes
-FAST_TIER = $(BIN)/pytest --tier fast -n 2 --dist loadgroup
+# each tier on two workers, in groups that start each engine once (tests/conftest.py)
+XDIST = -n 2 --dist loadgroup
+# the fast tier records its wall time, which a test of the slow tier holds to 4 minutes
+FAST_TIER = $(BIN)/pytest --tier fast $(XDIST)
 # the JDK that Spark, the broker and keytool run on: JAVA_HOME's, as their own scripts do
 JAVA   := $(if $(JAVA_HOME),$(JAVA_HOME)/bin/java,java)
 
@@ -86,11 +87,11 @@ lint: $(STAMP)
 test: setup lint
 	@status=0; \
 	$(FAST_TIER) || status=$$?; \
-	$(BIN)/pytest --tier slow -n 2 --dist loadgroup --durations=15 || status=$$?; \
+	$(BIN)/pytest --tier slow $(XDIST) --durations=15 || status=$$?; \
 	echo "make test: $$(( $$(date +%s) - $(STARTED) )) s in all (set-up and lint included)$$( [ $$status = 0 ] || echo ", failed")"; \
 	exit $$status
 
-# the inner loop, a few minutes: the import contracts, then every test that needs no
+# the inner loop, under 3 minutes: the import contracts, then every test that needs no
 # broker and starts no process of the project's (unit and API-contract tests)
 test-fast: $(STAMP)
 	$(BIN)/lint-imports
