@@ -32,7 +32,13 @@ from lambdaline import kafka_broker, spark_cluster
 from lambdaline.processes import exit_on_signals
 from serving.cli import serve
 from shared.domain.events import format_instant, parse_instant
-from shared.platform.jvm import JarResolutionError, JdkToolMissingError, JvmProfile, resolve_jars
+from shared.platform.jvm import (
+    JarResolutionError,
+    JavaCompileError,
+    JdkToolMissingError,
+    JvmProfile,
+    resolve_jars,
+)
 from shared.platform.kafka_admin import KafkaNotReadyError, unreachable
 from shared.platform.locks import LockHeldError
 from shared.platform.logs import configure_logging
@@ -45,6 +51,7 @@ from shared.settings import (
     parse_duration,
 )
 from speed_layer.cli import speed_app
+from speed_layer.lookups import operators_jar
 
 # soft wrap: a line longer than the terminal (a path, an error) is never broken
 # in two, so it stays whole when piped to a log or copied
@@ -88,6 +95,7 @@ def _clear_errors() -> Iterator[None]:
         spark_cluster.SparkClusterError,
         event_generator.NotAcknowledgedError,
         JarResolutionError,
+        JavaCompileError,
         JdkToolMissingError,
         KafkaNotReadyError,
         LockHeldError,
@@ -112,13 +120,17 @@ def main_callback() -> None:
 
 @jvm_app.command("resolve")
 def jvm_resolve() -> None:
-    """Resolve the broker and connector jars from Maven Central (idempotent)."""
+    """Resolve the broker and connector jars from Maven Central and compile the speed
+    layer's operators (idempotent)."""
     settings = _settings()
     with _clear_errors():
         for profile in JvmProfile:
             with console.status(f"resolving {profile.value} jars with Maven"):
                 jars = resolve_jars(settings.jvm_cache_dir, profile)
             out.print(f"{profile.value}: {len(jars)} jars in {jars[0].parent}")
+        with console.status("compiling the speed layer's operators"):
+            operators = operators_jar(settings.jvm_cache_dir)
+        out.print(f"speed operators: {operators}")
 
 
 # --- kafka -------------------------------------------------------------------------

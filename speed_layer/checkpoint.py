@@ -148,13 +148,31 @@ def state_store_provider(folder: Path) -> str | None:
     return str(provider) if provider is not None else None
 
 
-def claim_state_store(settings: Settings, provider: str) -> None:
-    """Refuse a checkpoint whose queries keep their state with another provider.
+LOOKUPS_QUERY = "lookups"
+LOOKUPS_STATE = "plate-state"
+"""How the lookups query keeps its state: per plate (``speed_layer.lookups``). A
+checkpoint records it in :data:`LOOKUPS_STATE_FILE`; one made before, by
+stream-stream joins, records nothing, and Spark cannot go on from it."""
+LOOKUPS_STATE_FILE = "lookups_state.txt"
 
-    Spark keeps a checkpoint's provider whatever the session says (it cannot
-    read one provider's state with another), so the job would go on with the
-    old one without a word. ``provider``: the session's.
+
+def claim_state_store(settings: Settings, provider: str) -> None:
+    """Refuse a session whose state store is not RocksDB, and a checkpoint whose queries
+    keep their state otherwise than the job does now.
+
+    The lookups' operator (``transformWithState``) runs on RocksDB only. Spark keeps a
+    checkpoint's provider whatever the session says (it cannot read one provider's
+    state with another), so the job would go on with the old one without a word.
+    ``provider``: the session's. Call it holding the checkpoint.
     """
+    if provider != ROCKSDB_PROVIDER:
+        raise CheckpointError(
+            f"the speed job keeps its lookups' state with Spark's transformWithState, which "
+            f"runs on RocksDB only, but {STATE_STORE_PROVIDER_CONF} is "
+            f"{provider.rsplit('.', 1)[-1] or 'unset'}: take it out of spark_conf "
+            "(LAMBDALINE_SPARK_CONF)"
+        )
+    _claim_lookups_state(settings)
     for query in sorted(path for path in checkpoint_dir(settings).glob("*") if path.is_dir()):
         made_with = state_store_provider(query)
         if made_with is not None and made_with != provider:
@@ -167,6 +185,27 @@ def claim_state_store(settings: Settings, provider: str) -> None:
                 f'or keep the old store: LAMBDALINE_SPARK_CONF=\'{{"{STATE_STORE_PROVIDER_CONF}": '
                 f'"{made_with}"}}\''
             )
+
+
+def _claim_lookups_state(settings: Settings) -> None:
+    folder = checkpoint_dir(settings)
+    recorded = folder / LOOKUPS_STATE_FILE
+    if recorded.exists():
+        made_with = recorded.read_text(encoding="utf-8").strip()
+    else:
+        started = any((folder / LOOKUPS_QUERY / "offsets").glob("[0-9]*"))
+        made_with = "stream-stream joins" if started else LOOKUPS_STATE
+    if made_with != LOOKUPS_STATE:
+        raise CheckpointError(
+            f"the speed checkpoint {folder} keeps the lookups' state as {made_with}, but "
+            f"the speed job now keeps it as {LOOKUPS_STATE} (speed_layer/lookups.py), and "
+            "Spark cannot go on from the old state. Start the speed layer over with "
+            "`lambdaline speed reset` (then `lambdaline speed run` recomputes from the input "
+            "topics)"
+        )
+    if not recorded.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        replace_atomically(recorded, LOOKUPS_STATE + "\n")
 
 
 def claim_input_topics(settings: Settings, now: Mapping[str, str]) -> None:

@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from shared.platform import topic_ids
+from shared.platform.jvm import JavaCompileError, JdkToolMissingError
 from shared.platform.kafka_admin import (
     KafkaNotReadyError,
     kafka_answers,
@@ -59,7 +60,10 @@ def speed_run(
             raise _fail(str(error)) from None
         except TopicsRecreatedError as error:
             raise _fail(f"{error}. {START_OVER}") from None
-        spark = job.speed_spark_session(settings)
+        try:
+            spark = job.speed_spark_session(settings)
+        except (JavaCompileError, JdkToolMissingError) as error:
+            raise _fail(str(error)) from None
         failure: QueryFailedError | None = None
         refusal: CheckpointError | None = None
         try:

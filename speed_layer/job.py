@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
-from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
 
@@ -51,7 +50,12 @@ from speed_layer.checkpoint import (
     checkpoint_dir,
     claim_state_store,
 )
-from speed_layer.lookups import diagnostic_counts, entry_lookups, publish_lookups
+from speed_layer.lookups import (
+    diagnostic_counts,
+    entry_lookups,
+    operators_jar,
+    publish_lookups,
+)
 from speed_layer.progress import ProgressPublisher, late_rows_reported, listening
 from speed_layer.speed_store import view_writer
 
@@ -64,8 +68,6 @@ they feed in the other."""
 SCHEDULER_POOLS_FILE = Path(__file__).with_name("scheduler_pools.xml")
 """Declares :data:`FRESH_POOL` and :data:`LOOKUPS_POOL` (equal weights, FIFO within)."""
 
-JOIN_STATE_FORMAT_CONF = "spark.sql.streaming.join.stateFormatVersion"
-
 SPEED_SPARK_CONF: dict[str, str] = {
     # state off the heap, bounded by the watermark (speed_layer.lookups); a
     # checkpoint keeps the provider it was made with (checkpoint.claim_state_store)
@@ -77,11 +79,6 @@ SPEED_SPARK_CONF: dict[str, str] = {
     # and memtables), off the heap: the process's RSS stays within heap + this
     "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": "true",
     "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": "256",
-    # a join's state in one store a partition, its four parts (each side's keys
-    # and values) as column families, not four stores to load and commit each
-    # micro-batch; only RocksDB has column families (speed_spark_conf). A
-    # checkpoint keeps the format it was made with.
-    JOIN_STATE_FORMAT_CONF: "3",
     # two lanes of queries on few task slots: with Spark's default (FIFO) a
     # booth_stats micro-batch waits for every task of a lookups micro-batch
     # submitted before it; with fair pools it gets the next free slot
@@ -99,23 +96,15 @@ SPEED_SPARK_CONF: dict[str, str] = {
 layer"). The ``spark_conf`` setting overrides any of it."""
 
 
-def speed_spark_conf(user_conf: Mapping[str, str]) -> dict[str, str]:
-    """:data:`SPEED_SPARK_CONF` for a session with the user's ``spark_conf`` over it.
-
-    A user who keeps state with another provider than RocksDB gets Spark's default
-    join state format (2) unless they set one: the column families of format 3
-    are RocksDB's alone.
-    """
-    conf = dict(SPEED_SPARK_CONF)
-    provider = user_conf.get(STATE_STORE_PROVIDER_CONF, ROCKSDB_PROVIDER)
-    if provider != ROCKSDB_PROVIDER and JOIN_STATE_FORMAT_CONF not in user_conf:
-        conf[JOIN_STATE_FORMAT_CONF] = "2"
-    return conf
-
-
 def speed_spark_session(settings: Settings, app_name: str = "lambdaline-speed") -> SparkSession:
-    """The SparkSession the speed job wants: the shared one, with :func:`speed_spark_conf`."""
-    return spark_session(settings, app_name, extra_config=speed_spark_conf(settings.spark.conf))
+    """The SparkSession the speed job wants: the shared one, with :data:`SPEED_SPARK_CONF`
+    and the speed layer's operators (``speed_layer.lookups.operators_jar``)."""
+    return spark_session(
+        settings,
+        app_name,
+        extra_config=SPEED_SPARK_CONF,
+        extra_jars=[operators_jar(settings.jvm_cache_dir)],
+    )
 
 
 def read_input_topics(
@@ -192,11 +181,9 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
     entry_events = decoded(TOLL_ENTRY).of(TOLL_ENTRY)
     everything = decoded(*EVENT_TYPES)
 
-    # event time: watermarks, then duplicates dropped within them
+    # event time: watermarks, then duplicates dropped within them (the lookups keep
+    # one watermark over the plate's events and hold no copies: speed_layer/lookups.py)
     entries = with_event_time(entry_events, TOLL_ENTRY, settings.views.watermark)
-    # (the lookups need no deduplication: speed_layer/lookups.py says why)
-    trip_entries = watermarked(everything.of(TOLL_ENTRY), TOLL_ENTRY, settings.views.watermark)
-    exits = watermarked(everything.of(TOLL_EXIT), TOLL_EXIT, settings.views.watermark)
 
     # compute views (each query reads its source again: one streaming aggregation a
     # query in update mode, and a session window's output mode is append)
@@ -205,7 +192,7 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
     rolling = booth_rolling(entries, sizes.rolling_window, sizes.rolling_slide)
     visits = vehicle_visits(entries, sizes.session_gap)
     lookups = entry_lookups(
-        trip_entries, exits, everything.of(TOLL_ENTRY),
+        everything.of(TOLL_ENTRY), everything.of(TOLL_EXIT),
         everything.of(VEHICLE_REGISTRATION), everything.dead_letters,
         settings.views.max_trip, settings.views.watermark, settings.views.registration_lookback,
     )  # fmt: skip
@@ -219,7 +206,7 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
     slow = (settings.speed.diagnostics_trigger, LOOKUPS_POOL)
     first_phase = [
         (view_writer(BOOTH_STATS, stats, settings, output_mode="update"), fast),
-        # append: a join emits each match once, at once, and an entry without
+        # append: a candidate once, when an event makes it, and an entry without
         # one once the watermark has passed what it waits for (a trip:
         # entry_time + max_trip; a registration: entry_time)
         (

@@ -1,84 +1,68 @@
 """The speed layer's per-entry lookups: each entry's trip and its registration.
 
-One streaming query finds, for every entry, the exits that can end its trip and
-the registrations that can apply to it, and its foreachBatch function writes
-each pair as soon as the join finds it: a candidate row of ``vehicle_trips`` or
-``expired_registrations`` to the speed store, keyed by the view key and the
-candidate's rank (``shared.domain.view_specs``: ``Combine.BEST_CANDIDATE``).
-The serving layer keeps, per view key, the candidate the view's rule ranks
-best: the earliest exit ends a trip; the latest registration at or before the
-entry decides an alert, and withdraws it if that registration had not
-expired. So a trip is served seconds after its exit, provisional (``final``
-false) until the watermark passes entry_time + max_trip, when no earlier exit
-can still arrive; an alert seconds after its entry, provisional until the
-watermark passes the entry.
+One streaming query keeps, per licence plate, what the plate's entries still
+wait for, in one stateful operator (Spark's ``transformWithState``, event
+time): the Java processor ``jvm/lambdaline/speed/PlateLookups.java``. Its
+foreachBatch function writes what it finds at once: a candidate row of
+``vehicle_trips`` or ``expired_registrations`` to the speed store, keyed by
+the view key and the candidate's rank (``shared.domain.view_specs``:
+``Combine.BEST_CANDIDATE``). The serving layer keeps, per view key, the
+candidate the view's rule ranks best: the earliest exit ends a trip; the
+latest registration at or before the entry decides an alert, and withdraws it
+if that registration had not expired. So a trip is served seconds after its
+exit, provisional (``final`` false) until the watermark passes entry_time +
+max_trip, when no earlier exit can still arrive; an alert seconds after its
+entry, provisional until the watermark passes the entry.
 
-The entries no exit or registration matched are known only when the watermark
-passes what they wait for; the join emits them then, and they go to an
-internal topic, which a second, small query counts per window into
-``diagnostics`` (:func:`diagnostic_counts`). Each join runs once, so its state
-is kept once, and no aggregation follows it (an aggregation after a
-stream-stream join emits only once the watermark passes its groups). The same
-query carries the input's dead letters to ``dead.letters``.
+**Plate state, not joins.** Entries, exits and registrations are one stream
+keyed by plate, with one event-time column and watermark
+(:func:`plate_events`). Per plate the operator holds the entries of the last
+``max_trip`` (each with its best exit and registration so far), the exits an
+entry still to come can use (those after the watermark W), and of the
+registrations the best one recorded at or before W (it outranks every older
+one for any later entry) plus those after W, each for ``registration_lookback``.
+An event writes a candidate only where it beats what an entry has, and one
+event-time timer per plate, at its next deadline, decides what the watermark
+settles: an entry's missing registration once W passes it, its missing exit
+once W passes entry_time + max_trip, when it leaves the state. So the state is
+what a plate can still need, and each micro-batch touches the plates that
+changed, not the whole store (the stream-stream joins this replaces scanned
+every row of their state every micro-batch to evict: docs/performance.md).
 
-**The trip.** The shared left outer trip join (:func:`shared.domain.views.trip_matches`):
-Spark emits a matched (entry, exit) pair at once, and an entry without one
-once the watermark passes entry_time + max_trip (a missing exit).
+**One rule, two forms.** The rules are ``shared.domain.views``' (the trip
+condition of :func:`~shared.domain.views.trip_matches`, the lookback of
+:func:`~shared.domain.views.registration_applies`, the candidates' ranks of
+the view specs), which the batch layer runs as SQL; the processor keeps them
+in the form plate state needs, with the sizes passed in from settings. The
+equivalence, generated cross-layer, restart and cluster tests hold the two
+layers to each other. It is Java because the Python state API crosses to the
+JVM on every state call, about seven times the cost per key
+(``benchmarks/plate_state.py``, docs/performance.md).
 
-**The registration.** The shared candidates of the registration rule
-(:func:`shared.domain.views.registration_candidates`), which the batch layer
-ranks by the same rule: each entry left-outer-joined to its plate's
-registrations recorded at or before it. Streaming Spark runs that join with
-one condition: both sides must carry **one** watermark. Registrations are
-recorded days before the entries that use them. With a watermark of their own
-it would stay days behind, and Spark's query-wide watermark (the minimum over
-the inputs) would hold every entry back. So entries and registrations are one
-stream with one event-time column (:func:`plate_events`), split into the
-join's two sides: both carry its watermark. A registration later than the
-watermark is dropped as late, like any other event. An entry leaves the
-join's state once the watermark passes its entry_time, when every
-registration recorded before it has arrived. A registration applies for
-``registration_lookback`` (the shared rule,
-:func:`shared.domain.views.registration_applies`), the join's lower time
-bound: it leaves the state once the watermark passes registration_time +
-lookback, so the state holds the registrations recorded within the lookback
-(and the entries of the last watermark delay). The batch layer's lookup is
-the same rule.
+The entries missing an exit or a registration go to an internal topic, which
+a second, small query counts per window into ``diagnostics``
+(:func:`diagnostic_counts`). The same query carries the input's dead letters
+to ``dead.letters``.
 
-**No deduplication step.** Copies of an event (same ``event_id``,
-at-least-once producers) make copies of a candidate, with the same record key
-and value: the compacted topic and the serving layer keep one. Copies of an
-unmatched entry are written to the internal topic twice and counted once
-(:func:`diagnostic_counts` drops them). So the query leaves out
-``dropDuplicatesWithinWatermark``, which would be a stateful operator (a
-shuffle and a state store) per join side. Copies later than the watermark are
-dropped by the join as late rows.
-
-**One watermark for both lookups.** Being one query, the lookups share Spark's
-query-wide watermark, the minimum over the entries', exits' and plate stream's:
-until exits flow, no entry is known to miss anything. Candidates do not wait
-for it.
+**Copies.** Copies of an entry (same ``event_id``, at-least-once producers)
+are held once; copies of an exit or a registration change no best. A
+replayed micro-batch writes the same candidates again (same record key and
+value: the compacted topic and the serving layer keep one) and its missing
+entries again, which :func:`diagnostic_counts` drops.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import timedelta
+from pathlib import Path
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from shared.domain.events import TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION
 from shared.domain.view_specs import EXPIRED_REGISTRATIONS, VEHICLE_TRIPS
-from shared.domain.views import (
-    ENTRY_COLUMNS,
-    REGISTRATION_COLUMNS,
-    count_diagnostics,
-    registration_candidates,
-    trip_candidates,
-    trip_matches,
-    unmatched_entries,
-    unregistered_at_entry,
-)
+from shared.domain.views import DiagnosticReason, count_diagnostics, trip_candidates
+from shared.platform.jvm import compiled_jar
 from shared.platform.streaming import MicroBatchFunction, kafka_stream
 from shared.settings import Settings
 from speed_layer.speed_store import (
@@ -88,56 +72,109 @@ from speed_layer.speed_store import (
     speed_records,
 )
 
+OPERATORS_SOURCES = Path(__file__).with_name("jvm")
+"""The speed layer's Java operators (compiled by ``make setup``: :func:`operators_jar`)."""
+
+PLATE_LOOKUPS_CLASS = "lambdaline.speed.PlateLookups"
+
+ENTRY, EXIT, REGISTERED = "entry", "exit", "registration"
+"""The kinds of row of :func:`plate_events` (``PlateLookups``' input kinds)."""
+
 TRIP, REGISTRATION, DEAD_LETTER = "trip", "registration", "dead_letter"
-"""The kinds of row of :func:`entry_lookups` (its ``kind`` column)."""
+"""The kinds of candidate row of :func:`entry_lookups`, and its dead letters."""
+
+DIAGNOSTIC_KINDS: dict[str, DiagnosticReason] = {
+    reason.value: reason for reason in DiagnosticReason
+}
+"""The kinds of row of :func:`entry_lookups` that are entries missing a lookup: the
+processor names each by its diagnostic reason (``missing_exit``, ``missing_registration``)."""
 
 DIAGNOSTIC_ENTRY_SCHEMA = "event_id string, booth_id string, entry_time timestamp, reason string"
 """An internal-topic record: one entry missing an exit or a registration."""
 
-
-ENTRY, REGISTERED = "entry", "registration"
-"""The kinds of row of :func:`plate_events`."""
-
-
-def _with_time(columns: Sequence[str], time: str, as_name: str) -> list[Column]:
-    """``columns``, the one named ``as_name`` read from the column ``time``."""
-    return [F.col(time).alias(as_name) if name == as_name else F.col(name) for name in columns]
+_TIMES = {"entry_ms": "entry_time", "exit_ms": "exit_time", "registration_ms": "registration_time"}
+"""The processor's times (epoch milliseconds) and the columns they become."""
 
 
-def plate_events(entries: DataFrame, registrations: DataFrame, watermark: timedelta) -> DataFrame:
-    """Entries and registrations as one stream with one event-time column and watermark:
-    the columns the registration rule reads of each (``shared.domain.views``), their
-    time as ``event_time``, and a ``kind``."""
-    as_entries = entries.select(F.lit(ENTRY).alias("kind"), *ENTRY_COLUMNS).withColumnRenamed(
-        "entry_time", "event_time"
-    )
-    as_registrations = registrations.select(
-        F.lit(REGISTERED).alias("kind"), *(F.col(name) for name in REGISTRATION_COLUMNS)
-    ).withColumnRenamed("registration_time", "event_time")
-    return as_entries.unionByName(as_registrations, allowMissingColumns=True).withWatermark(
-        "event_time", f"{int(watermark.total_seconds())} seconds"
-    )
+def operators_jar(cache_dir: Path) -> Path:
+    """The jar of :data:`OPERATORS_SOURCES`, compiled into ``cache_dir`` if not there yet."""
+    return compiled_jar(OPERATORS_SOURCES, cache_dir, "lambdaline-speed-operators")
 
 
-def registration_candidates_stream(
-    entries: DataFrame, registrations: DataFrame, watermark: timedelta, lookback: timedelta
+def _as_plate_event(
+    events: DataFrame, kind: str, time: str, columns: dict[str, Column]
 ) -> DataFrame:
-    """Each entry with each registration that can apply to it, as the join finds them
-    (an entry with none once the watermark has passed it)."""
-    plates = plate_events(entries, registrations, watermark)
-    entry_side = plates.where(F.col("kind") == ENTRY).select(
-        *_with_time(ENTRY_COLUMNS, "event_time", "entry_time")
+    return events.select(
+        F.lit(kind).alias("kind"),
+        "license_plate",
+        F.col(time).alias("event_time"),
+        "event_id",
+        *(column.alias(name) for name, column in columns.items()),
     )
-    registration_side = plates.where(F.col("kind") == REGISTERED).select(
-        *_with_time(REGISTRATION_COLUMNS, "event_time", "registration_time")
+
+
+def plate_events(
+    entries: DataFrame, exits: DataFrame, registrations: DataFrame, watermark: timedelta
+) -> DataFrame:
+    """Entries, exits and registrations as one stream with one event-time column: the
+    columns the lookups read of each, their time as ``event_time`` (and in milliseconds,
+    ``time_ms``), and a ``kind``.
+
+    Two watermarks, and Spark's query-wide one is the lesser: the entries' and
+    registrations' (one, over both) and the exits'. So no entry is known to miss an
+    exit before exits flow, and an exit that comes after others it would precede
+    is not late while the entries have not moved on. Registrations share the
+    entries' watermark because they are recorded days before the entries that use
+    them: with one of their own, the query-wide watermark would stay days behind
+    and hold every entry back. A registration later than the watermark is dropped
+    as late, like any other event.
+    """
+    none = F.lit(None)
+    delay = f"{int(watermark.total_seconds())} seconds"
+    as_entries = _as_plate_event(
+        entries, ENTRY, TOLL_ENTRY.time_field,
+        {"booth_id": F.col("booth_id"), "registration_id": none.cast("string"),
+         "expired": none.cast("boolean")},
+    )  # fmt: skip
+    as_registrations = _as_plate_event(
+        registrations, REGISTERED, VEHICLE_REGISTRATION.time_field,
+        {"booth_id": none.cast("string"), "registration_id": F.col("registration_id"),
+         "expired": F.col("expired")},
+    )  # fmt: skip
+    as_exits = _as_plate_event(
+        exits, EXIT, TOLL_EXIT.time_field,
+        {"booth_id": F.col("booth_id"), "registration_id": none.cast("string"),
+         "expired": none.cast("boolean")},
+    )  # fmt: skip
+    plates = as_entries.unionByName(as_registrations).withWatermark("event_time", delay)
+    union = plates.unionByName(as_exits.withWatermark("event_time", delay))
+    return union.withColumn("time_ms", F.unix_millis("event_time"))
+
+
+def plate_lookups(events: DataFrame, max_trip: timedelta, lookback: timedelta) -> DataFrame:
+    """``PlateLookups`` over :func:`plate_events`: ``kind`` (:data:`TRIP`,
+    :data:`REGISTRATION` or a :data:`DIAGNOSTIC_KINDS` reason), the entry's ``event_id``,
+    ``booth_id``, ``license_plate``, ``entry_time``, and a candidate's ``exit_time`` or
+    ``registration_time``, ``registration_id``, ``registration_event_id``, ``expired``.
+
+    The session must have :func:`operators_jar` on its classpath
+    (``speed_layer.job.speed_spark_session`` adds it).
+    """
+    spark = events.sparkSession
+    processor = spark.sparkContext._jvm.lambdaline.speed.PlateLookups  # type: ignore[union-attr]
+    ms = (max_trip // timedelta(milliseconds=1), lookback // timedelta(milliseconds=1))
+    found = DataFrame(processor.apply(events._jdf, *ms), spark)
+    return found.select(
+        *(
+            F.timestamp_millis(name).alias(_TIMES[name]) if name in _TIMES else F.col(name)
+            for name in found.columns
+        )
     )
-    return registration_candidates(entry_side, registration_side, lookback)
 
 
 def entry_lookups(
-    trip_entries: DataFrame,
+    entries: DataFrame,
     exits: DataFrame,
-    plate_entries: DataFrame,
     registrations: DataFrame,
     dead_letters: DataFrame,
     max_trip: timedelta,
@@ -146,28 +183,20 @@ def entry_lookups(
 ) -> DataFrame:
     """Both lookups of every entry, and the dead letters, as one stream (append mode).
 
-    ``kind`` says what a row is: a ``trip`` row is an entry with an exit that can
-    end its trip (``exit_time``; null: none within max_trip), a ``registration``
-    row an entry with a registration that can apply to it (the registration's
-    columns; null: none at entry time), a ``dead_letter`` row has the columns of
-    :attr:`shared.domain.validation.DecodedRecords.dead_letters`; the other
-    columns are null. The inputs carry their watermarks and need no
-    deduplication (see the module's docstring); the registration lookup reads
-    entries and registrations through :func:`plate_events`. Dead letters ride
-    along, stateless: a query of their own would cost a micro-batch of its own
-    every trigger.
+    :func:`plate_lookups`' rows, and ``dead_letter`` rows with the columns of
+    :attr:`shared.domain.validation.DecodedRecords.dead_letters` (the other columns
+    null). The inputs need no watermark or deduplication of their own (see the
+    module's docstring). Dead letters ride along, stateless: a query of their own
+    would cost a micro-batch of its own every trigger.
     """
-    trips = trip_matches(trip_entries, exits, max_trip, "left_outer")
-    plates = registration_candidates_stream(plate_entries, registrations, watermark, lookback)
-    return (
-        trips.withColumn("kind", F.lit(TRIP))
-        .unionByName(plates.withColumn("kind", F.lit(REGISTRATION)), allowMissingColumns=True)
-        .unionByName(dead_letters.withColumn("kind", F.lit(DEAD_LETTER)), allowMissingColumns=True)
+    events = plate_events(entries, exits, registrations, watermark)
+    return plate_lookups(events, max_trip, lookback).unionByName(
+        dead_letters.withColumn("kind", F.lit(DEAD_LETTER)), allowMissingColumns=True
     )
 
 
 def _diagnostic_entries(rows: DataFrame) -> DataFrame:
-    """Internal-topic records (key: plate) of diagnostic rows that kept event_id and plate."""
+    """Internal-topic records (key: plate) of the entries missing a lookup."""
     value = F.to_json(F.struct("event_id", "booth_id", "entry_time", "reason"), JSON_OPTIONS)
     return rows.select(F.col("license_plate").alias("key"), value.alias("value"))
 
@@ -191,11 +220,9 @@ def publish_lookups(settings: Settings) -> MicroBatchFunction:
             trip = rows.where(F.col("kind") == TRIP)
             registration = rows.where(F.col("kind") == REGISTRATION)
             trips = speed_records(VEHICLE_TRIPS, trip_candidates(trip), batch_id)
-            matched = registration.where(F.col("registration_time").isNotNull())
-            expired = speed_records(EXPIRED_REGISTRATIONS, matched, batch_id)
-            keep = ["event_id", "license_plate"]
-            diagnostic = unmatched_entries(trip, keep).unionByName(
-                unregistered_at_entry(registration, keep)
+            expired = speed_records(EXPIRED_REGISTRATIONS, registration, batch_id)
+            diagnostic = rows.where(F.col("kind").isin(*DIAGNOSTIC_KINDS)).withColumn(
+                "reason", F.col("kind")
             )
             dead = dead_letter_records(rows.where(F.col("kind") == DEAD_LETTER))
             (

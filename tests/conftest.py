@@ -29,6 +29,7 @@ from shared.platform.spark_session import spark_session
 from shared.platform.topic_admin import create_topics
 from shared.settings import Settings, get_settings
 from speed_layer.job import SPEED_SPARK_CONF
+from speed_layer.lookups import operators_jar
 
 TIERS = {
     "fast": "not integration and not e2e and not fast_tier_time",
@@ -127,6 +128,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     session = spark_session(
         settings,
         "lambdaline-tests",
+        extra_jars=[operators_jar(settings.jvm_cache_dir)],
         extra_config={
             **batch_sql,
             **SPEED_SPARK_CONF,

@@ -1,4 +1,5 @@
-"""The JDK and the JVM jars from Maven Central (the Kafka broker, the Spark Kafka connector).
+"""The JDK, the JVM jars from Maven Central (the Kafka broker, the Spark Kafka connector),
+and the project's own Java, compiled against the Spark that pyspark ships.
 
 ``pom.xml`` beside this module names the versions (``deploy/jvm/pom.xml`` links
 to it; it ships in the package, so ``pip install .`` has it too). Maven resolves
@@ -31,6 +32,10 @@ _UNREACHABLE_HINTS = (
     "connect timed out",
     "Connect to",
 )
+
+
+class JavaCompileError(RuntimeError):
+    """The project's Java did not compile; the message holds javac's errors."""
 
 
 class JdkToolMissingError(RuntimeError):
@@ -141,3 +146,55 @@ def spark_kafka_jars(cache_dir: Path) -> list[Path]:
 def _artifact_name(jar: Path) -> str:
     """``kafka-clients-3.9.0.jar`` -> ``kafka-clients``."""
     return re.sub(r"-\d+(\.\d+)+.*$", "", jar.stem)
+
+
+def pyspark_jars_dir() -> Path:
+    """The jars of the Spark that pyspark runs (its JVM's classpath)."""
+    import pyspark
+
+    return Path(pyspark.__file__).parent / "jars"
+
+
+def compiled_jar(sources: Path, cache_dir: Path, name: str) -> Path:
+    """The jar of the Java sources under ``sources``, compiled against pyspark's Spark.
+
+    Built with the JDK's ``javac`` and ``jar`` (``jdk_tool``): the classpath is the
+    jars pyspark ships, so nothing is downloaded and the classes match the Spark they
+    run in. Cached in ``cache_dir`` by a hash of the sources and pyspark's version,
+    written atomically (built in a temporary folder, then renamed), so an edit builds
+    afresh and an interrupted build leaves nothing half-made.
+    """
+    import pyspark
+
+    files = sorted(sources.rglob("*.java"))
+    if not files:
+        raise JavaCompileError(f"no Java sources under {sources}")
+    digest = hashlib.sha256(pyspark.__version__.encode())
+    for file in files:
+        digest.update(str(file.relative_to(sources)).encode())
+        digest.update(file.read_bytes())
+    jar = cache_dir / f"{name}-{digest.hexdigest()[:12]}.jar"
+    if jar.is_file():
+        return jar
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=cache_dir))
+    try:
+        classes = staging / "classes"
+        compile_command = [
+            jdk_tool("javac"), "--release", "17", "-nowarn", "-Xlint:-path",
+            "-cp", str(pyspark_jars_dir() / "*"), "-d", str(classes), *map(str, files),
+        ]  # fmt: skip
+        result = subprocess.run(compile_command, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise JavaCompileError(
+                f"javac failed on {sources}:\n{(result.stdout + result.stderr).strip()[-3000:]}"
+            )
+        built = staging / jar.name
+        subprocess.run(
+            [jdk_tool("jar"), "cf", str(built), "-C", str(classes), "."],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        built.rename(jar)  # another process's jar of the same sources is as good as ours
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return jar

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -64,12 +64,16 @@ def under_spark_submit() -> bool:
 
 
 def spark_session(
-    settings: Settings, app_name: str, extra_config: Mapping[str, str] | None = None
+    settings: Settings,
+    app_name: str,
+    extra_config: Mapping[str, str] | None = None,
+    extra_jars: Sequence[Path] = (),
 ) -> SparkSession:
     """Get or create the session, with the Spark Kafka connector on its classpath.
 
     ``extra_config`` is the caller's tuning (a layer's defaults); the user's
-    ``spark_conf`` setting overrides it key by key.
+    ``spark_conf`` setting overrides it key by key. ``extra_jars`` join the
+    connector's (a layer's own operators); Spark ships them to the executors.
     """
     builder = SparkSession.builder.appName(app_name)
     config = {**SESSION_CONF, **(extra_config or {}), **settings.spark.conf}
@@ -85,7 +89,9 @@ def spark_session(
                 # loopback, not on the host's first interface (which Spark picks, with
                 # a warning on every start, when the host name resolves to loopback)
                 launch_environment["SPARK_LOCAL_IP"] = "127.0.0.1"
-        jars = ",".join(str(jar) for jar in spark_kafka_jars(settings.jvm_cache_dir))
+        jars = ",".join(
+            str(jar) for jar in [*spark_kafka_jars(settings.jvm_cache_dir), *extra_jars]
+        )
         builder = (
             builder.master(settings.spark.master)
             .config("spark.jars", jars)

@@ -23,6 +23,7 @@ from speed_layer import job
 from speed_layer.checkpoint import (
     ROCKSDB_PROVIDER,
     STATE_STORE_PROVIDER_CONF,
+    CheckpointError,
     checkpoint_dir,
     reset,
     state_store_provider,
@@ -210,30 +211,48 @@ def test_input_topics_created_again_past_the_old_offsets_are_refused_not_skipped
 HDFS_PROVIDER = "org.apache.spark.sql.execution.streaming.state.HDFSBackedStateStoreProvider"
 
 
+def _hdfs_checkpoint(spark: SparkSession, folder: Path) -> None:
+    """A query's checkpoint made with Spark's HDFS-backed state store, as a speed job
+    made before it chose RocksDB: one micro-batch of a streaming count."""
+    spark.conf.set(STATE_STORE_PROVIDER_CONF, HDFS_PROVIDER)
+    try:
+        counts = spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 5).load()
+        query = (
+            counts.groupBy((counts.value % 2).alias("parity"))
+            .count()
+            .writeStream.format("noop")
+            .outputMode("update")
+            .option("checkpointLocation", str(folder))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(120)
+    finally:
+        spark.conf.set(STATE_STORE_PROVIDER_CONF, ROCKSDB_PROVIDER)
+
+
 def test_a_checkpoint_of_the_other_state_store_is_refused_until_a_reset(
     kafka: Settings, spark: SparkSession, tmp_path: Path
 ) -> None:
     settings = isolated_settings(kafka, tmp_path)
     send(settings, settings.topics.entries, OneDay.ENTRIES)
-    # a checkpoint made with Spark's default store and join state format, as
-    # before the job chose RocksDB (the session was made with the speed job's conf)
-    hdfs_conf = job.speed_spark_conf({STATE_STORE_PROVIDER_CONF: HDFS_PROVIDER})
-    assert hdfs_conf[job.JOIN_STATE_FORMAT_CONF] == "2"
+    # the lookups' operator runs on RocksDB only: another store is refused at once
     spark.conf.set(STATE_STORE_PROVIDER_CONF, HDFS_PROVIDER)
-    spark.conf.set(job.JOIN_STATE_FORMAT_CONF, "2")
     try:
-        job.run(spark, settings, available_now=True)
+        with pytest.raises(CheckpointError, match="transformWithState, which runs on RocksDB only"):
+            job.run(spark, settings, available_now=True)
     finally:
         spark.conf.set(STATE_STORE_PROVIDER_CONF, ROCKSDB_PROVIDER)
-        spark.conf.set(job.JOIN_STATE_FORMAT_CONF, job.SPEED_SPARK_CONF[job.JOIN_STATE_FORMAT_CONF])
-    assert state_store_provider(checkpoint_dir(settings) / "booth_stats") == HDFS_PROVIDER
+    assert not (checkpoint_dir(settings) / "booth_stats").exists()  # no query started
 
+    _hdfs_checkpoint(spark, checkpoint_dir(settings) / "booth_stats")
+    assert state_store_provider(checkpoint_dir(settings) / "booth_stats") == HDFS_PROVIDER
     refused = run_cli(settings, "speed", "run", "--available-now")
     assert refused.returncode == 1
     message = " ".join(refused.stderr.split())
-    assert (  # the first query in name order
+    assert (
         f"error: the speed checkpoint {checkpoint_dir(settings)} keeps the state of its query "
-        "booth_rolling with HDFSBackedStateStoreProvider, but the speed job now runs with "
+        "booth_stats with HDFSBackedStateStoreProvider, but the speed job now runs with "
         "RocksDBStateStoreProvider"
     ) in message
     assert "Start the speed layer over with `lambdaline speed reset`" in message
@@ -244,3 +263,22 @@ def test_a_checkpoint_of_the_other_state_store_is_refused_until_a_reset(
     assert sorted(row["vehicle_count"] for row in speed_view(settings, "booth_stats").values()) == [
         1, 1, 2,
     ]  # fmt: skip
+
+
+def test_a_checkpoint_whose_lookups_were_joins_is_refused_until_a_reset(
+    kafka: Settings, spark: SparkSession, tmp_path: Path
+) -> None:
+    settings = isolated_settings(kafka, tmp_path)
+    # a lookups checkpoint with a micro-batch logged and no record of how it kept its
+    # state: made by the stream-stream joins an earlier speed layer ran
+    logged = checkpoint_dir(settings) / "lookups" / "offsets"
+    logged.mkdir(parents=True)
+    (logged / "0").write_text('v1\n{"batchWatermarkMs":0,"conf":{}}\n', encoding="utf-8")
+
+    with pytest.raises(CheckpointError) as refused:
+        job.run(spark, settings, available_now=True)
+    assert (
+        f"the speed checkpoint {checkpoint_dir(settings)} keeps the lookups' state as "
+        "stream-stream joins, but the speed job now keeps it as plate-state"
+    ) in str(refused.value)
+    assert "`lambdaline speed reset`" in str(refused.value)

@@ -1,5 +1,6 @@
-"""The speed job's state stays bounded: the registration join keeps only what the
-lookback can still use (real broker, real Spark, RocksDB state)."""
+"""The speed job's state stays bounded: per plate, the lookups keep only what an event
+still to come can use (real broker, real Spark, RocksDB state, read back with Spark's
+state data source)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import Row, SparkSession
 
 from shared.settings import Settings
 from speed_layer import job
+from speed_layer.checkpoint import checkpoint_dir
 from tests.integration.helpers import isolated_settings, read_all, send
 from tests.scenarios import entry, exit_, registration
 
@@ -36,7 +38,7 @@ def test_registration_state_of_one_plate_stays_within_the_lookback(
     )
     times = [datetime(2026, 1, 5, tzinfo=UTC) + n * EVERY for n in range(SENT)]
     # P1 registered every 5 minutes; P2 drives through meanwhile: the query's
-    # watermark is the least of its inputs', so entries and exits must flow too
+    # watermark is the least of its inputs', so exits must flow too
     send(settings, settings.topics.registrations, [
         registration(f"r{n}", f"R{n}", "P1", n % 2 == 0, wire(at)) for n, at in enumerate(times)
     ])  # fmt: skip
@@ -51,18 +53,33 @@ def test_registration_state_of_one_plate_stays_within_the_lookback(
     progress = [
         json.loads(record.value) for record in read_all(settings, settings.topics.speed_progress)
     ]
-    # the lookups' second join is the registration join (the plan's order: trips first)
-    joined = [
-        next(op["rows"] for op in p["state_operators"] if op["operator"] == "symmetricHashJoin#2")
-        for p in progress
-        if p["query"] == "speed.lookups" and p["num_input_rows"] > 0
+    batches = [
+        p["batch_id"] for p in progress if p["query"] == "speed.lookups" and p["num_input_rows"] > 0
     ]
-    assert len(joined) == SENT // PER_TYPE
-    # by hand: after a micro-batch, the registrations within the lookback of its
-    # watermark (its latest time less the 2 min delay) are in state, at most
-    # 60 min / 5 min + 1 of them, plus the batch's own 4 and one the 2 min let in;
-    # and the entries the watermark has not passed: the batch's 4 and one more
-    bound = (LOOKBACK // EVERY + 1 + PER_TYPE + 1) + (PER_TYPE + 1)
-    assert max(joined) <= bound < SENT
-    # and it got there: the state filled up to the lookback, then stopped growing
-    assert joined[-1] >= LOOKBACK // EVERY
+    assert len(batches) == SENT // PER_TYPE
+    held = [plates(spark, checkpoint_dir(settings) / "lookups", batch) for batch in batches]
+    registrations = [len(state["P1"].registrations) for state in held]
+    # by hand: after a micro-batch, P1 holds the registrations after the watermark it
+    # was read under (the batch's own 4 at most, and the one the 2 min delay let in)
+    # and the best one before it: never more, whatever the lookback
+    assert max(registrations) <= PER_TYPE + 2 < LOOKBACK // EVERY
+    # the last is kept: an entry of the next lookback would still use it
+    assert held[-1]["P1"].registrations[-1].id == f"R{SENT - 1}"
+    # P2's entries are held for max_trip (1 h), then leave: 60 min / 5 min + 1 of them,
+    # plus the batch's own 4 and one the delay let in; exits only until the watermark
+    entries = [len(state["P2"].entries) for state in held]
+    assert max(entries) <= timedelta(hours=1) // EVERY + 1 + PER_TYPE + 1 < SENT
+    assert entries[-1] >= timedelta(hours=1) // EVERY  # it got there
+    assert max(len(state["P2"].exits) for state in held) <= PER_TYPE + 1
+
+
+def plates(spark: SparkSession, query: Path, batch_id: int) -> dict[str, Row]:
+    """The lookups' state per plate after a micro-batch (Spark's state data source)."""
+    rows = (
+        spark.read.format("statestore")
+        .option("stateVarName", "plate")
+        .option("batchId", batch_id)
+        .load(str(query))
+        .collect()
+    )
+    return {row.key[0]: row.value for row in rows}
