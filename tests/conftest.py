@@ -91,13 +91,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         and not config.option.keyword
     )
     on_controller = not hasattr(config, "workerinput")  # pytest-xdist's workers have it
-    if config.getoption("--tier") == "fast" and ran_whole and on_controller:
+    cache = getattr(config, "cache", None)  # None under -p no:cacheprovider
+    if config.getoption("--tier") == "fast" and ran_whole and on_controller and cache:
         record = {
             "seconds": round(_seconds_since_start(), 1),
             "tests": session.testscollected,
             "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
         }
-        config.cache.set(FAST_TIER_RECORD, record)
+        cache.set(FAST_TIER_RECORD, record)
 
 
 def _seconds_since_start() -> float:

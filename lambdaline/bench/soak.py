@@ -9,9 +9,12 @@ every :data:`SAMPLE_S` seconds samples:
   the lookups query, which reads every input topic, had read by its latest
   micro-batch);
 - the consumer lag of each query: records on the broker it had not read;
-- the speed JVM's heap after a full GC (asked for every
-  :data:`FULL_GC_EVERY_S`, read from its GC log) and its RSS (``/proc``;
-  RocksDB's memory is off the heap, so RSS is where a leak of it shows);
+- the speed JVM's heap after GC (the least its GC log shows after any
+  collection in the sample's 10 s: nothing is forced, so the run is not
+  disturbed; G1's old garbage not yet marked is in it, so it saw-tooths with
+  G1's marking cycles and rises only with what stays live), its longest GC
+  pause, and its RSS (``/proc``; RocksDB's memory is off the heap, so RSS is
+  where a leak of it shows);
 - state rows and bytes of every stateful operator (``speed.progress``);
 - the speed job's CPU (its process tree, from ``/proc``);
 - per-view freshness: probes (``lambdaline.bench.freshness``) every
@@ -34,7 +37,6 @@ import json
 import os
 import re
 import secrets
-import subprocess
 import tempfile
 import threading
 import time
@@ -60,7 +62,6 @@ from lambdaline.kafka_broker import ephemeral_broker, free_port
 from lambdaline.kafka_broker import status as broker_status
 from lambdaline.processes import Child, Supervisor, log_tail, wait_until_answers
 from shared.domain.events import format_instant
-from shared.platform.jvm import jdk_tool
 from shared.platform.kafka_admin import kafka_consumer, kafka_producer, offset_bounds
 from shared.platform.kafka_security import security_environment
 from shared.platform.topic_admin import TopicSpec, create_topics
@@ -107,32 +108,19 @@ class SoakOptions:
 
 # --- pure parts (unit-tested) -------------------------------------------------------------
 
-_FULL_GC = re.compile(r"GC\(\d+\) Pause Full.* (\d+)([KMG])->(\d+)([KMG])\((\d+)([KMG])\)")
+_PAUSE = re.compile(r"GC\(\d+\) Pause .* \d+[KMG]->(\d+)([KMG])\(\d+[KMG]\) ([\d.]+)ms")
 _UNIT_MB = {"K": 1 / 1024, "M": 1.0, "G": 1024.0}
-FULL_GC_EVERY_S = 120.0
-"""How often the soak asks the speed JVM for a full collection (``jcmd GC.run``): the
-heap after it is what the job holds live. After a young collection the heap
-still holds whatever old garbage G1 has not yet marked, which rises between its
-marking cycles whether anything leaks or not. A full collection of this heap
-takes well under a second: a fraction of a percent of the run."""
 
 
-def heap_after_gc_mb(lines: list[str]) -> list[float]:
-    """The heap in use after each full collection a unified GC log (``-Xlog:gc``) names."""
+def collections(lines: list[str]) -> list[tuple[float, float]]:
+    """(heap in use after it in MB, its pause in ms) of each collection a unified GC log
+    (``-Xlog:gc``) names: young, mixed, remark, full."""
     found = []
     for line in lines:
-        match = _FULL_GC.search(line)
+        match = _PAUSE.search(line)
         if match:
-            found.append(int(match.group(3)) * _UNIT_MB[match.group(4)])
+            found.append((int(match.group(1)) * _UNIT_MB[match.group(2)], float(match.group(3))))
     return found
-
-
-def _full_gc(pids: list[int]) -> None:
-    """Ask each JVM for a full collection; it logs the heap after it (``-Xlog:gc``)."""
-    for pid in pids:
-        subprocess.run(
-            [jdk_tool("jcmd"), str(pid), "GC.run"], capture_output=True, timeout=120, check=False
-        )
 
 
 def fitted_growth(points: list[tuple[float, float]]) -> float | None:
@@ -312,7 +300,7 @@ class Soak:
         gc_seen = 0
         sent: list[Probe] = []
         reported: set[tuple[int, str]] = set()
-        next_probe = next_gc = time.monotonic()
+        next_probe = time.monotonic()
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             if died := self.children.died():
@@ -320,16 +308,13 @@ class Soak:
             if probes is not None and time.monotonic() >= next_probe:
                 sent.append(probes.send())
                 next_probe += self.options.probe_every_s
-            if time.monotonic() >= next_gc:
-                _full_gc(_java_pids(job.process.pid))
-                next_gc += FULL_GC_EVERY_S
             time.sleep(max(0.0, last["t"] + SAMPLE_S - time.monotonic()))
             now = time.monotonic()
             end, cpu = self._end_offsets(), self._cpu(job)
             latest = follower.latest.get(query, {})
             read = read_offsets(latest, self.inputs)
             gc_lines = self.gc_log.read_text().splitlines() if self.gc_log.exists() else []
-            after_gc = heap_after_gc_mb(gc_lines[gc_seen:])
+            collected = collections(gc_lines[gc_seen:])
             gc_seen = len(gc_lines)
             elapsed = now - last["t"]
             java = _java_pids(job.process.pid)
@@ -354,7 +339,10 @@ class Soak:
                 ),
                 "cpu_s": round(cpu, 2),
                 "read_records": read,
-                "heap_after_gc_mb": round(after_gc[-1], 1) if after_gc else None,
+                "heap_after_gc_mb": (
+                    round(min(after for after, _ in collected), 1) if collected else None
+                ),
+                "gc_pause_max_ms": max((pause for _, pause in collected), default=None),
                 "rss_mb": _rss_mb(java) if java else None,
                 "state": {
                     name: p.get("state_operators", [])

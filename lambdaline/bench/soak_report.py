@@ -14,7 +14,7 @@ from lambdaline.bench.report import FRESHNESS_LABELS
 
 TREND_NAMES = {
     "lag_records": "consumer lag (records)",
-    "heap_after_gc_mb": "speed JVM heap after a full GC (MB)",
+    "heap_after_gc_mb": "speed JVM heap after GC (MB, least in each sample)",
     "rss_mb": "speed JVM RSS (MB)",
     "state_rows": "state rows, every operator",
 }
@@ -72,7 +72,7 @@ def write_soak_charts(results: dict[str, Any], folder: Path) -> dict[str, str]:
 
     _, axis = plt.subplots(figsize=(8, 3.4))
     heap = [(m, s["heap_after_gc_mb"]) for _, m, s in line if s["heap_after_gc_mb"] is not None]
-    axis.plot([m for m, _ in heap], [v for _, v in heap], label="heap after a full GC (MB)")
+    axis.plot([m for m, _ in heap], [v for _, v in heap], label="heap after GC (MB)")
     axis.plot(minutes, [s["rss_mb"] for _, _, s in line], label="RSS (MB)")
     charts["memory"] = finish(axis, "soak-memory.png", "the speed JVM's memory")
 

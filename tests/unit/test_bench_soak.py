@@ -10,9 +10,9 @@ import pytest
 from lambdaline.bench.soak import (
     Phase,
     SoakOptions,
+    collections,
     cpu_per_event_us,
     fitted_growth,
-    heap_after_gc_mb,
     read_offsets,
     summarise,
     trend,
@@ -28,9 +28,9 @@ GC_LOG = """\
 """
 
 
-def test_heap_after_each_full_collection_is_read_from_a_unified_gc_log() -> None:
-    # young collections leave old garbage behind: only a full one tells what is live
-    assert heap_after_gc_mb([*GC_LOG.splitlines(), GC_LOG.splitlines()[-1]]) == [0.5, 0.5]
+def test_heap_after_each_collection_and_its_pause_are_read_from_a_unified_gc_log() -> None:
+    assert collections(GC_LOG.splitlines()) == [(6.0, 4.512), (21.0, 7.1), (0.5, 120.0)]
+    assert collections(["[1.0s] GC(9) Pause Remark 2G->1G(4G) 0.9ms"]) == [(1024.0, 0.9)]
 
 
 def test_fitted_growth_is_the_lines_rise_over_the_span() -> None:

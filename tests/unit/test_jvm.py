@@ -1,11 +1,19 @@
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 
 import pyspark
 import pytest
 
-from shared.platform.jvm import JdkToolMissingError, _artifact_name, jdk_tool, pom_properties
+from shared.platform.jvm import (
+    JavaCompileError,
+    JdkToolMissingError,
+    _artifact_name,
+    compiled_jar,
+    jdk_tool,
+    pom_properties,
+)
 
 
 def test_connector_version_matches_installed_pyspark() -> None:
@@ -65,3 +73,40 @@ def test_no_jdk_on_the_path_says_what_to_install(
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(JdkToolMissingError, match="install a JDK 17"):
         jdk_tool("keytool")
+
+
+HELLO = """package lambdaline.test;
+
+public final class Hello {
+  public static org.apache.spark.sql.types.StructType schema() {
+    return new org.apache.spark.sql.types.StructType().add("greeting", "string");
+  }
+}
+"""
+
+
+def test_java_sources_compile_against_pysparks_spark_once_per_content(tmp_path: Path) -> None:
+    sources, cache = tmp_path / "src", tmp_path / "cache"
+    (sources / "lambdaline" / "test").mkdir(parents=True)
+    source = sources / "lambdaline" / "test" / "Hello.java"
+    source.write_text(HELLO)
+
+    jar = compiled_jar(sources, cache, "hello")
+    with zipfile.ZipFile(jar) as built:
+        assert "lambdaline/test/Hello.class" in built.namelist()
+    assert compiled_jar(sources, cache, "hello") == jar  # cached: the same file, not rebuilt
+    assert [path.name for path in cache.iterdir()] == [jar.name]  # no staging left behind
+
+    source.write_text(HELLO.replace('"greeting"', '"salute"'))
+    assert compiled_jar(sources, cache, "hello") != jar  # an edit builds afresh
+
+
+def test_java_that_does_not_compile_is_named_with_javacs_error(tmp_path: Path) -> None:
+    (tmp_path / "Broken.java").write_text("public final class Broken { int x = ; }\n")
+    with pytest.raises(
+        JavaCompileError, match=r"(?s)javac failed on .*Broken\.java.*illegal start"
+    ):
+        compiled_jar(tmp_path, tmp_path / "cache", "broken")
+    assert list((tmp_path / "cache").iterdir()) == []
+    with pytest.raises(JavaCompileError, match="no Java sources under"):
+        compiled_jar(tmp_path / "cache", tmp_path / "cache", "none")
