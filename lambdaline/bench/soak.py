@@ -174,6 +174,8 @@ class ProgressFollower:
         self.consumer.subscribe(topics)
         self.latest: dict[str, dict[str, Any]] = {}
         self.durations: dict[str, list[tuple[float, float]]] = {}
+        self.batches: dict[str, list[tuple[float, float, int]]] = {}
+        """Per query, each micro-batch with input: (when seen, seconds, input rows)."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._follow, name="progress", daemon=True)
         self._thread.start()
@@ -188,6 +190,13 @@ class ProgressFollower:
                     if progress.get("num_input_rows"):
                         self.durations.setdefault(query, []).append(
                             (time.monotonic(), progress["batch_duration_ms"] / 1000)
+                        )
+                        self.batches.setdefault(query, []).append(
+                            (
+                                time.monotonic(),
+                                progress["batch_duration_ms"] / 1000,
+                                int(progress["num_input_rows"]),
+                            )
                         )
 
     def close(self) -> None:
@@ -266,10 +275,9 @@ class Soak:
     def step(self, text: str) -> None:
         self.console.print(f"[bold]soak[/bold] {text}", highlight=False)
 
-    def _end_offsets(self) -> int:
-        return sum(
-            bounds.end for bounds in offset_bounds(self.settings.kafka, self.inputs).values()
-        )
+    def _end_offsets(self, topics: list[str] | None = None) -> int:
+        topics = self.inputs if topics is None else topics
+        return sum(bounds.end for bounds in offset_bounds(self.settings.kafka, topics).values())
 
     def _send_at(self, rate: float) -> None:
         """(Re)start the generator at ``rate`` events per second, in real time."""
@@ -294,7 +302,9 @@ class Soak:
     ) -> None:
         """Sample every SAMPLE_S for ``seconds``, sending a probe every probe_every_s."""
         self.phases.append(phase)
+        speed_store = self.settings.topics.speed_store()
         last = {"t": time.monotonic(), "end": self._end_offsets(), "cpu": self._cpu(job)}
+        last["written"] = self._end_offsets(speed_store)
         last["read"] = read_offsets(follower.latest.get(query, {}), self.inputs)
         stack, machine_busy = self._stack_cpu(), machine_cpu_seconds()
         gc_seen = 0
@@ -311,6 +321,7 @@ class Soak:
             time.sleep(max(0.0, last["t"] + SAMPLE_S - time.monotonic()))
             now = time.monotonic()
             end, cpu = self._end_offsets(), self._cpu(job)
+            written = self._end_offsets(speed_store)
             latest = follower.latest.get(query, {})
             read = read_offsets(latest, self.inputs)
             gc_lines = self.gc_log.read_text().splitlines() if self.gc_log.exists() else []
@@ -338,6 +349,7 @@ class Soak:
                     3,
                 ),
                 "cpu_s": round(cpu, 2),
+                "speed_records_per_s": round((written - last["written"]) / elapsed, 1),
                 "read_records": read,
                 "heap_after_gc_mb": (
                     round(min(after for after, _ in collected), 1) if collected else None
@@ -365,7 +377,7 @@ class Soak:
                 f"| rss {sample['rss_mb']} MB | machine {sample['machine_busy_cores']:.2f} cores",
                 highlight=False,
             )
-            last = {"t": now, "end": end, "cpu": cpu, "read": read}
+            last = {"t": now, "end": end, "cpu": cpu, "read": read, "written": written}
             stack, machine_busy = stack_now, busy_now
 
     def _stack_cpu(self) -> dict[str, float]:
@@ -414,12 +426,15 @@ class Soak:
                     self._watch(
                         step, options.step_minutes * 60, job, follower, probes, "speed.lookups"
                     )
-            durations = follower.durations
             self.children.stop(job)
             self.children.stop(api)
-            results["microbatch_s"] = {
-                query: _quantiles([d for _, d in durations.get(query, [])])
-                for query in ("speed.booth_stats", "speed.lookups")
+            # each query's micro-batches over the soak's trend window (its last 30 min)
+            since = time.monotonic() - TREND_WINDOW.total_seconds()
+            if options.ramp:
+                since -= len(options.ramp) * options.step_minutes * 60
+            results["microbatches"] = {
+                query: micro_batch_figures([(d, n) for at, d, n in batches if at >= since])
+                for query, batches in sorted(follower.batches.items())
             }
         finally:
             follower.close()
@@ -463,6 +478,17 @@ def _series(
 
 def _state_rows(sample: dict[str, Any]) -> float:
     return float(sum(op.get("rows") or 0 for ops in sample["state"].values() for op in ops))
+
+
+def micro_batch_figures(batches: list[tuple[float, int]]) -> dict[str, Any]:
+    """A query's micro-batches (seconds, input rows): how many, their time's p50 and p99,
+    and their input rows' p50."""
+    rows = [float(n) for _, n in batches]
+    return {
+        "count": len(batches),
+        "seconds": _quantiles([d for d, _ in batches]),
+        "rows_p50": round(percentile(rows, 0.5)) if rows else None,
+    }
 
 
 def cpu_per_event_us(samples: list[dict[str, Any]]) -> float | None:
@@ -528,6 +554,8 @@ def summarise(phases: list[Phase], options: SoakOptions, settings: Settings) -> 
         for part in parts
     }
     busy = [s["machine_busy_cores"] for s in tail if "machine_busy_cores" in s]
+    input_per_s = _mean([s["input_per_s"] for s in tail]) if tail else 0.0
+    written = [s["speed_records_per_s"] for s in tail if "speed_records_per_s" in s]
     floor = by_name.get("floor")
     floor_cpu = cpu_per_event_us(floor.samples) if floor else None
     return {
@@ -552,6 +580,13 @@ def summarise(phases: list[Phase], options: SoakOptions, settings: Settings) -> 
             "speed_job": speed_cpu, "floor_job": floor_cpu,
             "ratio": round(speed_cpu / floor_cpu, 2) if speed_cpu and floor_cpu else None,
         },
+        "cpu_s_per_1000_events": {
+            part: round(cores / input_per_s * 1000, 3) if input_per_s else None
+            for part, cores in stack_cores.items()
+        },
+        "speed_records_per_event": (
+            round(_mean(written) / input_per_s, 3) if written and input_per_s else None
+        ),
         "cpu_cores": {
             "parts": stack_cores,
             "machine_busy": round(_mean(busy), 2) if busy else None,

@@ -154,6 +154,25 @@ def soak_table(results: dict[str, Any]) -> list[str]:
                 f"{parts}; the machine busy {cores['machine_busy']} of {cores['machine']}",
             )
         )
+    per_1000 = results.get("cpu_s_per_1000_events")
+    if per_1000:
+        lines.append(
+            _row(
+                "CPU-seconds per 1,000 events",
+                ", ".join(f"{part} {value}" for part, value in per_1000.items()),
+            )
+        )
+    if results.get("speed_records_per_event") is not None:
+        lines.append(_row("speed records written per event", results["speed_records_per_event"]))
+    for query, figures in results.get("microbatches", {}).items():
+        seconds = figures["seconds"]
+        lines.append(
+            _row(
+                f"{query}: micro-batches, last {results['trend_window_s'] / 60:g} min",
+                f"{figures['count']}, p50 {seconds['p50']} s / p99 {seconds['p99']} s, "
+                f"{figures['rows_p50']} input rows (p50)",
+            )
+        )
     return lines
 
 
@@ -180,11 +199,6 @@ def write_soak_report(results: dict[str, Any], folder: Path, charts: dict[str, s
         "Trend limits: "
         + "; ".join(
             f"{TREND_NAMES[name]}: {rule}" for name, rule in results["trend_limits"].items()
-        ),
-        "",
-        "Micro-batch seconds (p50/p99): "
-        + ", ".join(
-            f"{query} {q['p50']}/{q['p99']}" for query, q in results.get("microbatch_s", {}).items()
         ),
         "",
         *(f"![{name}]({file})" for name, file in charts.items()),

@@ -13,6 +13,7 @@ from lambdaline.bench.soak import (
     collections,
     cpu_per_event_us,
     fitted_growth,
+    micro_batch_figures,
     read_offsets,
     summarise,
     trend,
@@ -78,7 +79,7 @@ def phase_samples(minutes: int, lag: Callable[[int], int], rate: float) -> list[
             "cpu_s": 60.0 * m, "read_records": int(rate * 60 * m), "heap_after_gc_mb": 300.0,
             "rss_mb": 2000.0, "state": {"speed.lookups": [{"operator": "join", "rows": 1000}]},
             "stack_cores": {"speed": 1.0, "api": 0.25 if m % 2 else 0.35},
-            "machine_busy_cores": 1.9,
+            "machine_busy_cores": 1.9, "speed_records_per_s": rate / 2,
         }
         for m in range(minutes + 1)
     ]  # fmt: skip
@@ -105,3 +106,17 @@ def test_the_highest_flat_rate_is_judged_on_each_phases_last_15_minutes() -> Non
         "speed": 1.0,
     }
     assert results["cpu_cores"]["machine_busy"] == 1.9
+    # 1.0 core of the speed job at 2,000 events/s: 0.5 CPU-seconds per 1,000 events
+    assert results["cpu_s_per_1000_events"]["speed"] == 0.5
+    assert results["speed_records_per_event"] == 0.5
+
+
+def test_micro_batch_figures_are_counts_quantiles_and_median_rows() -> None:
+    figures = micro_batch_figures([(1.0, 100), (2.0, 300), (3.0, 200)])
+    assert figures["count"] == 3 and figures["rows_p50"] == 200
+    assert figures["seconds"]["p50"] == 2.0 and 2.9 < figures["seconds"]["p99"] <= 3.0
+    assert micro_batch_figures([]) == {
+        "count": 0,
+        "seconds": {"p50": None, "p99": None},
+        "rows_p50": None,
+    }
