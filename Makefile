@@ -113,7 +113,7 @@ bench: setup
 # lambdaline bench soak at 2,000 events/s (95 min: state fills in 62) with a ramp, then
 # its table and charts into README.md and docs/bench/soak/
 bench-soak: setup
-	$(BIN)/lambdaline bench soak --rate 1000 --minutes 95 --ramp 1500,2000 --out bench-results
+	$(BIN)/lambdaline bench soak --rate 2000 --minutes 95 --out bench-results
 	$(BIN)/python benchmarks/publish_bench.py $$(ls -td bench-results/*-soak-* | head -1)
 
 bench-generator: setup

@@ -575,6 +575,13 @@ def bench_soak(
         str, typer.Option(help="higher rates after the soak, comma-separated, one step each")
     ] = "",
     step_minutes: Annotated[float, typer.Option(min=1, help="minutes per ramp step")] = 15.0,
+    outage_minutes: Annotated[
+        float,
+        typer.Option(min=0, help="minutes the speed driver stays killed after the soak (0: none)"),
+    ] = 5.0,
+    recovery_minutes: Annotated[
+        float, typer.Option(min=1, help="minutes to watch it recover after the outage")
+    ] = 15.0,
     floor_minutes: Annotated[
         float, typer.Option(min=0, help="minutes of the floor job at --rate (0: none)")
     ] = 5.0,
@@ -596,7 +603,8 @@ def bench_soak(
         raise typer.BadParameter(f"{ramp!r}: not numbers like 3000,4000") from None
     options = soak.SoakOptions(
         rate=rate, minutes=minutes, out=out_dir, ramp=steps, step_minutes=step_minutes,
-        floor_minutes=floor_minutes, probe_every_s=probe_every,
+        floor_minutes=floor_minutes, probe_every_s=probe_every, outage_minutes=outage_minutes,
+        recovery_minutes=recovery_minutes,
     )  # fmt: skip
     with _clear_errors():
         try:

@@ -24,8 +24,13 @@ Over the last :data:`TREND_WINDOW` of the soak, a least-squares line through
 each of lag, heap after GC, RSS and state rows says whether it trends upward,
 within the limits :data:`TREND_LIMITS` states. Then optional ramp steps
 (``--ramp``), each ``--step-minutes`` at a higher rate: the run reports the
-highest rate at which the lag stayed flat for a whole step. Last, the floor job
-(``lambdaline.bench.floor``) at the soak's rate: the CPU per event of each.
+highest rate at which the lag stayed flat for a whole step. Then an outage
+(``--outage-minutes``, 0: none): the speed job's driver killed with SIGKILL
+(its Python process and JVM, the group) with its state full, left down while
+the input flows, started again on its checkpoint; the run reports how long
+until its lag was back within 10 s of input and the rate it caught up at
+(:func:`recovery`). Last, the floor job (``lambdaline.bench.floor``) at the
+soak's rate: the CPU per event of each.
 
 Writes results.json, report.md and time-series PNGs to a new folder. Everything
 it starts it stops, by pid.
@@ -37,6 +42,7 @@ import json
 import os
 import re
 import secrets
+import signal
 import tempfile
 import threading
 import time
@@ -102,6 +108,8 @@ class SoakOptions:
     seed: int = 11
     ramp: tuple[float, ...] = ()
     step_minutes: float = 15.0
+    outage_minutes: float = 5.0
+    recovery_minutes: float = 15.0
     floor_minutes: float = 5.0
     probe_every_s: float = 30.0
 
@@ -380,6 +388,28 @@ class Soak:
             last = {"t": now, "end": end, "cpu": cpu, "read": read, "written": written}
             stack, machine_busy = stack_now, busy_now
 
+    def _outage(self, job: Child, follower: ProgressFollower, probes: FreshnessProbes) -> Child:
+        """Kill the speed driver's group with SIGKILL, keep it down for outage_minutes
+        while the input flows, start it again on its checkpoint and watch it recover."""
+        options = self.options
+        self.step(
+            f"outage: the speed driver killed (SIGKILL), down {options.outage_minutes:g} min, "
+            f"then {options.recovery_minutes:g} min to recover"
+        )
+        os.killpg(job.process.pid, signal.SIGKILL)
+        job.process.wait()
+        job.stopped = True  # on purpose: not a child that died
+        self._watch(
+            Phase("outage", options.rate), options.outage_minutes * 60, job, follower, None,
+            "speed.lookups",
+        )  # fmt: skip
+        restarted = self.children.spawn("speed-restarted", "speed", "run")
+        self._watch(
+            Phase("recovery", options.rate), options.recovery_minutes * 60, restarted, follower,
+            probes, "speed.lookups",
+        )  # fmt: skip
+        return restarted
+
     def _stack_cpu(self) -> dict[str, float]:
         """CPU seconds so far of each running part: the broker and every child."""
         parts = {
@@ -419,6 +449,8 @@ class Soak:
             with FreshnessProbes(self.settings, client, producer) as probes:
                 soak = Phase("soak", options.rate)
                 self._watch(soak, options.minutes * 60, job, follower, probes, "speed.lookups")
+                # the soak's trend window (its last 30 min): each query's micro-batches in it
+                window = (time.monotonic() - TREND_WINDOW.total_seconds(), time.monotonic())
                 for rate in options.ramp:
                     self.step(f"ramp: {rate:g} events/s for {options.step_minutes:g} min")
                     self._send_at(rate)
@@ -426,14 +458,16 @@ class Soak:
                     self._watch(
                         step, options.step_minutes * 60, job, follower, probes, "speed.lookups"
                     )
+                if options.outage_minutes > 0:
+                    if options.ramp:
+                        self._send_at(options.rate)
+                    job = self._outage(job, follower, probes)
             self.children.stop(job)
             self.children.stop(api)
-            # each query's micro-batches over the soak's trend window (its last 30 min)
-            since = time.monotonic() - TREND_WINDOW.total_seconds()
-            if options.ramp:
-                since -= len(options.ramp) * options.step_minutes * 60
             results["microbatches"] = {
-                query: micro_batch_figures([(d, n) for at, d, n in batches if at >= since])
+                query: micro_batch_figures(
+                    [(d, n) for at, d, n in batches if window[0] <= at <= window[1]]
+                )
                 for query, batches in sorted(follower.batches.items())
             }
         finally:
@@ -500,6 +534,31 @@ def cpu_per_event_us(samples: list[dict[str, Any]]) -> float | None:
     return round(cpu / events * 1e6, 1) if events > 0 else None
 
 
+def recovery(
+    outage: list[dict[str, Any]], after: list[dict[str, Any]], rate: float
+) -> dict[str, Any]:
+    """How the speed job came back from an outage: the lag the outage left, the seconds
+    from its restart until its lag was back within :data:`STEP_FLAT_LAG_S` of input
+    (None: not within the phase), the input rows it processed per second until then, and
+    the freshness of the probes sent after the restart."""
+    left = outage[-1]["lag_records"] if outage else None
+    bound = rate * STEP_FLAT_LAG_S
+    back = next((s for s in after if s["lag_records"] <= bound), None)
+    catching_up = [s for s in after if back is None or s["t_s"] <= back["t_s"]]
+    freshness: dict[str, list[float]] = {view: [] for view in PROBED_VIEWS}
+    for sample in after:
+        for view, seen in sample.get("freshness_s", {}).items():
+            freshness[view] += seen
+    return {
+        "lag_left_records": left,
+        "back_within_s": back["t_s"] if back is not None else None,
+        "catch_up_per_s": (
+            round(_mean([s["processed_per_s"] for s in catching_up]), 1) if catching_up else None
+        ),
+        "freshness_s": {view: _quantiles(seen) for view, seen in freshness.items()},
+    }
+
+
 def summarise(phases: list[Phase], options: SoakOptions, settings: Settings) -> dict[str, Any]:
     """The verdicts of a run's phases: trends over the soak's last window, the highest flat
     rate, CPU per event of the speed job and the floor job, freshness per view."""
@@ -525,7 +584,7 @@ def summarise(phases: list[Phase], options: SoakOptions, settings: Settings) -> 
     }
     flat_rates: list[dict[str, Any]] = []
     for phase in phases:
-        if phase.name == "floor":
+        if phase.name in ("floor", "outage", "recovery"):
             continue
         last_s = phase.samples[-1]["t_s"] if phase.samples else 0.0
         window = [s for s in phase.samples if s["t_s"] >= last_s - FLAT_WINDOW.total_seconds()]
@@ -558,10 +617,14 @@ def summarise(phases: list[Phase], options: SoakOptions, settings: Settings) -> 
     written = [s["speed_records_per_s"] for s in tail if "speed_records_per_s" in s]
     floor = by_name.get("floor")
     floor_cpu = cpu_per_event_us(floor.samples) if floor else None
+    outage = by_name.get("outage")
+    after = by_name.get("recovery")
     return {
         "options": {
             "rate": options.rate, "minutes": options.minutes, "ramp": list(options.ramp),
             "step_minutes": options.step_minutes, "floor_minutes": options.floor_minutes,
+            "outage_minutes": options.outage_minutes,
+            "recovery_minutes": options.recovery_minutes,
             "probe_every_s": options.probe_every_s, "sample_s": SAMPLE_S,
         },
         "state_fills_after_s": (settings.views.max_trip + settings.views.watermark).total_seconds(),
@@ -586,6 +649,9 @@ def summarise(phases: list[Phase], options: SoakOptions, settings: Settings) -> 
         },
         "speed_records_per_event": (
             round(_mean(written) / input_per_s, 3) if written and input_per_s else None
+        ),
+        "recovery": (
+            recovery(outage.samples, after.samples, options.rate) if outage and after else None
         ),
         "cpu_cores": {
             "parts": stack_cores,

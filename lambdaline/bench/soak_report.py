@@ -162,6 +162,21 @@ def soak_table(results: dict[str, Any]) -> list[str]:
                 ", ".join(f"{part} {value}" for part, value in per_1000.items()),
             )
         )
+    back = results.get("recovery")
+    if back is not None:
+        options = results["options"]
+        fresh = ", ".join(
+            f"{FRESHNESS_LABELS.get(view, view)} p99 {q['p99']} s"
+            for view, q in back["freshness_s"].items()
+        )
+        lines.append(
+            _row(
+                f"after a {options['outage_minutes']:g}-min outage (driver SIGKILLed, state full)",
+                f"{back['lag_left_records']:,} records behind; lag within 10 s of input after "
+                f"{back['back_within_s']} s, caught up at {back['catch_up_per_s']} events/s; "
+                f"then {fresh}",
+            )
+        )
     if results.get("speed_records_per_event") is not None:
         lines.append(_row("speed records written per event", results["speed_records_per_event"]))
     for query, figures in results.get("microbatches", {}).items():

@@ -15,6 +15,7 @@ from lambdaline.bench.soak import (
     fitted_growth,
     micro_batch_figures,
     read_offsets,
+    recovery,
     summarise,
     trend,
 )
@@ -120,3 +121,24 @@ def test_micro_batch_figures_are_counts_quantiles_and_median_rows() -> None:
         "seconds": {"p50": None, "p99": None},
         "rows_p50": None,
     }
+
+
+def test_recovery_is_the_lag_left_the_time_until_it_is_back_and_the_catch_up_rate() -> None:
+    outage = phase_samples(5, lambda m: 2000 * 60 * m, 2000.0)  # 600,000 behind after 5 min
+    after = phase_samples(10, lambda m: max(0, 600_000 - 150_000 * m) + 1000, 2000.0)
+    for sample in after:
+        sample["processed_per_s"] = 4500.0 if sample["lag_records"] > 20_000 else 2000.0
+    after[3]["freshness_s"] = {"booth_stats": [1.5, 2.0, 2.5], "vehicle_trips": [4.0]}
+
+    back = recovery(outage, after, 2000.0)
+
+    # within 20,000 (2,000 x 10 s) from minute 4 on: caught up at 4,500/s until then
+    assert back["lag_left_records"] == 600_000
+    assert back["back_within_s"] == 240.0
+    assert back["catch_up_per_s"] == round((4 * 4500.0 + 2000.0) / 5, 1)
+    assert back["freshness_s"]["booth_stats"]["p50"] == 2.0
+    assert back["freshness_s"]["expired_registrations"] == {"p50": None, "p99": None}
+    assert (
+        recovery(outage, phase_samples(3, lambda m: 500_000, 2000.0), 2000.0)["back_within_s"]
+        is None
+    )
