@@ -164,7 +164,7 @@ def measure_step(settings: Settings, rate: int, seconds: int, job_pid: int) -> d
         last = reported[-1] if reported else None
         return sum(_end_offsets(settings, topic) for topic in topics) - read_by(last)
 
-    stats = reports("speed.booth_stats")
+    stats = reports("speed.booths")
     with_input = [p for p in stats if p["num_input_rows"] > 0]
     processed = sum(p["num_input_rows"] for p in with_input)
     backlog = unread(stats, [settings.topics.entries])

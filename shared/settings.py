@@ -497,13 +497,14 @@ class SpeedSettings(SettingsGroup):
 
     trigger: PositiveDuration = Field(
         timedelta(seconds=1),
-        description="micro-batch interval of the continuous speed job's booth_stats query",
+        description="micro-batch interval of the continuous speed job's booths query "
+        "(booth_stats, booth_rolling)",
     )
     lookup_trigger: PositiveDuration = Field(
         timedelta(seconds=2),
         description="micro-batch interval of its lookups query (trip and registration "
-        "candidates, dead letters), booth_rolling and vehicle_visits: a trip is served about "
-        "this long after its exit at worst",
+        "candidates, dead letters) and vehicle_visits: a trip is served about this long "
+        "after its exit at worst",
     )
     diagnostics_trigger: PositiveDuration = Field(
         timedelta(seconds=10),

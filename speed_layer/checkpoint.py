@@ -148,64 +148,51 @@ def state_store_provider(folder: Path) -> str | None:
     return str(provider) if provider is not None else None
 
 
-LOOKUPS_QUERY = "lookups"
-LOOKUPS_STATE = "plate-state"
-"""How the lookups query keeps its state: per plate (``speed_layer.lookups``). A
-checkpoint records it in :data:`LOOKUPS_STATE_FILE`; one made before, by
-stream-stream joins, records nothing, and Spark cannot go on from it."""
-LOOKUPS_STATE_FILE = "lookups_state.txt"
+STATE_LAYOUT = "booth lane, plate lane"
+"""How the speed job keeps its state: a booth lane (``speed_layer.booths``) and a plate
+lane (``speed_layer.lookups``), each one ``transformWithState`` operator. A checkpoint
+records it in :data:`STATE_LAYOUT_FILE`; one made before, by stream-stream joins and
+an aggregation a view, records nothing, and Spark cannot go on from it."""
+STATE_LAYOUT_FILE = "state_layout.txt"
 
 
 def claim_state_store(settings: Settings, provider: str) -> None:
-    """Refuse a session whose state store is not RocksDB, and a checkpoint whose queries
-    keep their state otherwise than the job does now.
+    """Refuse a session whose state store is not RocksDB, and a checkpoint that keeps its
+    state otherwise than the job does now.
 
-    The lookups' operator (``transformWithState``) runs on RocksDB only. Spark keeps a
-    checkpoint's provider whatever the session says (it cannot read one provider's
-    state with another), so the job would go on with the old one without a word.
-    ``provider``: the session's. Call it holding the checkpoint.
+    Both lanes' operators (``transformWithState``) run on RocksDB only, so a checkpoint
+    of this layout (:data:`STATE_LAYOUT_FILE`) holds RocksDB state; one made before it
+    (stream-stream joins, an aggregation a view, perhaps another provider) cannot be
+    gone on from. ``provider``: the session's. Call it holding the checkpoint.
     """
     if provider != ROCKSDB_PROVIDER:
         raise CheckpointError(
-            f"the speed job keeps its lookups' state with Spark's transformWithState, which "
+            f"the speed job keeps its state with Spark's transformWithState, which "
             f"runs on RocksDB only, but {STATE_STORE_PROVIDER_CONF} is "
             f"{provider.rsplit('.', 1)[-1] or 'unset'}: take it out of spark_conf "
             "(LAMBDALINE_SPARK_CONF)"
         )
-    _claim_lookups_state(settings)
-    for query in sorted(path for path in checkpoint_dir(settings).glob("*") if path.is_dir()):
-        made_with = state_store_provider(query)
-        if made_with is not None and made_with != provider:
-            raise CheckpointError(
-                f"the speed checkpoint {checkpoint_dir(settings)} keeps the state of its "
-                f"query {query.name} with {made_with.rsplit('.', 1)[-1]}, but the speed job "
-                f"now runs with {provider.rsplit('.', 1)[-1]}, and Spark goes on with a "
-                "checkpoint's own provider. Start the speed layer over with `lambdaline "
-                "speed reset` (then `lambdaline speed run` recomputes from the input topics), "
-                f'or keep the old store: LAMBDALINE_SPARK_CONF=\'{{"{STATE_STORE_PROVIDER_CONF}": '
-                f'"{made_with}"}}\''
-            )
+    _claim_state_layout(settings)
 
 
-def _claim_lookups_state(settings: Settings) -> None:
+def _claim_state_layout(settings: Settings) -> None:
     folder = checkpoint_dir(settings)
-    recorded = folder / LOOKUPS_STATE_FILE
+    recorded = folder / STATE_LAYOUT_FILE
     if recorded.exists():
         made_with = recorded.read_text(encoding="utf-8").strip()
     else:
-        started = any((folder / LOOKUPS_QUERY / "offsets").glob("[0-9]*"))
-        made_with = "stream-stream joins" if started else LOOKUPS_STATE
-    if made_with != LOOKUPS_STATE:
+        started = any(folder.glob("*/offsets/[0-9]*"))
+        made_with = "stream-stream joins and an aggregation a view" if started else STATE_LAYOUT
+    if made_with != STATE_LAYOUT:
         raise CheckpointError(
-            f"the speed checkpoint {folder} keeps the lookups' state as {made_with}, but "
-            f"the speed job now keeps it as {LOOKUPS_STATE} (speed_layer/lookups.py), and "
-            "Spark cannot go on from the old state. Start the speed layer over with "
-            "`lambdaline speed reset` (then `lambdaline speed run` recomputes from the input "
-            "topics)"
+            f"the speed checkpoint {folder} keeps its state as {made_with}, but the speed "
+            f"job now keeps it as {STATE_LAYOUT} (docs/architecture.md), and Spark cannot go "
+            "on from the old state. Start the speed layer over with `lambdaline speed reset` "
+            "(then `lambdaline speed run` recomputes from the input topics)"
         )
     if not recorded.exists():
         folder.mkdir(parents=True, exist_ok=True)
-        replace_atomically(recorded, LOOKUPS_STATE + "\n")
+        replace_atomically(recorded, STATE_LAYOUT + "\n")
 
 
 def claim_input_topics(settings: Settings, now: Mapping[str, str]) -> None:

@@ -21,15 +21,11 @@ from pyspark.sql.streaming.readwriter import DataStreamWriter
 from shared.domain.events import EVENT_TYPES, TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION, EventType
 from shared.domain.validation import DecodedRecords, decode_each_topic
 from shared.domain.view_specs import (
-    BOOTH_ROLLING,
-    BOOTH_STATS,
     DIAGNOSTICS,
     VEHICLE_VISITS,
 )
 from shared.domain.views import (
     COUNTED_INPUTS,
-    booth_rolling,
-    booth_stats,
     vehicle_visits,
     without_duplicates,
 )
@@ -44,6 +40,7 @@ from shared.platform.streaming import (
     wait_for,
 )
 from shared.settings import Settings
+from speed_layer.booths import booth_lane, publish_booths
 from speed_layer.checkpoint import (
     ROCKSDB_PROVIDER,
     STATE_STORE_PROVIDER_CONF,
@@ -62,7 +59,7 @@ from speed_layer.speed_store import view_writer
 logger = logging.getLogger("lambdaline.speed")
 
 FRESH_POOL, LOOKUPS_POOL = "speed.fresh", "speed.lookups"
-"""Spark scheduler pools: booth_stats' query in one; the lookups and the counter
+"""Spark scheduler pools: the booths query in one; the lookups and the counter
 they feed in the other."""
 
 SCHEDULER_POOLS_FILE = Path(__file__).with_name("scheduler_pools.xml")
@@ -80,7 +77,7 @@ SPEED_SPARK_CONF: dict[str, str] = {
     "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": "true",
     "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": "256",
     # two lanes of queries on few task slots: with Spark's default (FIFO) a
-    # booth_stats micro-batch waits for every task of a lookups micro-batch
+    # booths micro-batch waits for every task of a lookups micro-batch
     # submitted before it; with fair pools it gets the next free slot
     "spark.scheduler.mode": "FAIR",
     "spark.scheduler.allocation.file": str(SCHEDULER_POOLS_FILE),
@@ -188,8 +185,7 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
     # compute views (each query reads its source again: one streaming aggregation a
     # query in update mode, and a session window's output mode is append)
     sizes = settings.views.sizes
-    stats = booth_stats(entries, sizes.window)
-    rolling = booth_rolling(entries, sizes.rolling_window, sizes.rolling_slide)
+    booths = booth_lane(entries, sizes)
     visits = vehicle_visits(entries, sizes.session_gap)
     lookups = entry_lookups(
         everything.of(TOLL_ENTRY), everything.of(TOLL_EXIT),
@@ -197,7 +193,7 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
         settings.views.max_trip, settings.views.watermark, settings.views.registration_lookback,
     )  # fmt: skip
 
-    # write sinks, each in its lane (trigger and scheduler pool): booth_stats and
+    # write sinks, each in its lane (trigger and scheduler pool): the booths and
     # the lookups' candidates are served as soon as they are written; the
     # diagnostics count waits for the watermark (or max_trip) anyway. The second
     # phase reads what the first writes (the internal topic).
@@ -205,7 +201,14 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
     lookups_lane = (settings.speed.lookup_trigger, LOOKUPS_POOL)
     slow = (settings.speed.diagnostics_trigger, LOOKUPS_POOL)
     first_phase = [
-        (view_writer(BOOTH_STATS, stats, settings, output_mode="update"), fast),
+        # update: each window's row rewritten as it grows, booth_stats and booth_rolling
+        (
+            booths.writeStream.queryName("speed.booths")
+            .outputMode("update")
+            .foreachBatch(brief_java_errors(publish_booths(settings)))
+            .option("checkpointLocation", str(checkpoint_dir(settings) / "booths")),
+            fast,
+        ),
         # append: a candidate once, when an event makes it, and an entry without
         # one once the watermark has passed what it waits for (a trip:
         # entry_time + max_trip; a registration: entry_time)
@@ -216,8 +219,6 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
             .option("checkpointLocation", str(checkpoint_dir(settings) / "lookups")),
             lookups_lane,
         ),
-        # an hour's window moves on every few minutes: the lookups' lane is fresh enough
-        (view_writer(BOOTH_ROLLING, rolling, settings, output_mode="update"), lookups_lane),
         # append: a visit is written once, when the watermark passes its end (last
         # entry + gap) and no entry can still extend it
         (view_writer(VEHICLE_VISITS, visits, settings, output_mode="append"), lookups_lane),

@@ -150,4 +150,4 @@ def _leader(settings: Settings, topic: str, rng: random.Random) -> int:
 
 def _speed_rows_read(settings: Settings) -> int:
     """Input rows of booth_stats' micro-batches, as the speed job reports them."""
-    return sum(r["num_input_rows"] or 0 for r in progress_reports(settings, "speed.booth_stats"))
+    return sum(r["num_input_rows"] or 0 for r in progress_reports(settings, "speed.booths"))

@@ -125,7 +125,7 @@ def test_speed_driver_killed_at_random_moments_serves_what_an_uninterrupted_run_
 
 def _batches_with_input(settings: Settings) -> int:
     return sum(
-        1 for r in progress_reports(settings, "speed.booth_stats") if (r["num_input_rows"] or 0) > 0
+        1 for r in progress_reports(settings, "speed.booths") if (r["num_input_rows"] or 0) > 0
     )
 
 

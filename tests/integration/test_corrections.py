@@ -85,7 +85,7 @@ def test_a_late_entry_for_a_closed_day_is_listed_in_the_next_versions_correction
         assert summary["views"]["booth_stats"]["largest_difference"] == {
             "vehicle_count": 1.0, "total_toll": 4.0
         }  # fmt: skip
-        assert summary["late_rows_since_previous"]["speed.booth_stats"] == 1
+        assert summary["late_rows_since_previous"]["speed.booths"] == 1
 
         rows = api.get("/v1/versions/2/corrections", headers=KEY).json()["rows"]
         by_view: dict[str, list[dict[str, Any]]] = {}

@@ -213,7 +213,7 @@ KEYS = {
     "vehicle_visits": ("license_plate", "session_start"),
 }  # fmt: skip
 WRITTEN_BY = {
-    "booth_stats": "speed.booth_stats", "booth_rolling": "speed.booth_rolling",
+    "booth_stats": "speed.booths", "booth_rolling": "speed.booths",
     "vehicle_trips": "speed.lookups", "expired_registrations": "speed.lookups",
     "diagnostics": "speed.lookups", "vehicle_visits": "speed.vehicle_visits",
 }  # fmt: skip

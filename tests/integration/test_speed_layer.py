@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from pyspark.sql import SparkSession
 
 from shared.settings import Settings
 from speed_layer import job
+from speed_layer.checkpoint import checkpoint_dir
 from tests.integration.helpers import (
     hand_rows,
     isolated_settings,
@@ -79,11 +81,11 @@ def test_spark_reads_the_speed_jobs_scheduler_pools(spark: SparkSession) -> None
         assert context.getPoolForName(pool).isDefined(), pool
 
 
-def test_progress_is_published_per_query(drained: Settings) -> None:
+def test_progress_is_published_per_query(drained: Settings, spark: SparkSession) -> None:
     progress = [
         json.loads(record.value) for record in read_all(drained, drained.topics.speed_progress)
     ]
-    stats = [p for p in progress if p["query"] == "speed.booth_stats" and p["num_input_rows"] > 0]
+    stats = [p for p in progress if p["query"] == "speed.booths" and p["num_input_rows"] > 0]
     assert sum(p["num_input_rows"] for p in stats) == len(OneDay.ENTRIES) + len(OneDay.MALFORMED)
     assert stats[-1]["watermark"] is not None
     # the API compares them with its own window and max_trip (/v1/status)
@@ -91,16 +93,24 @@ def test_progress_is_published_per_query(drained: Settings) -> None:
         '{"max_trip": "1h", "registration_lookback": "400d", "rolling_slide": "5m", '
         '"rolling_window": "1h", "session_gap": "30m", "window": "5m"}'
     }
-    # state per stateful operator: booth_stats' window counts hold its three windows
-    # (OneDay.BOOTH_STATS; none evicted: the watermark stays in the morning)
+    # state per stateful operator: the booth lane holds each booth's 5-minute buckets
+    # (OneDay.BOOTH_STATS' three windows; none dropped: the watermark stays in the morning)
     last = {p["query"]: p for p in progress}
-    counts = {op["operator"]: op for op in last["speed.booth_stats"]["state_operators"]}
-    assert counts["stateStoreSave"]["rows"] == 3
+    operators = {op["operator"]: op for op in last["speed.booths"]["state_operators"]}
+    assert sorted(operators) == ["dedupeWithinWatermark", "transformWithStateExec"]
     # RocksDB: memory in use; SST files only once a snapshot is made (changelog
     # checkpointing writes the changes of each batch, not files of the store)
-    assert counts["stateStoreSave"]["memory_bytes"] > 0
-    assert counts["stateStoreSave"]["disk_bytes"] is not None
-
+    assert operators["transformWithStateExec"]["memory_bytes"] > 0
+    assert operators["transformWithStateExec"]["disk_bytes"] is not None
+    held = (
+        spark.read.format("statestore")
+        .option("stateVarName", "booth")
+        .load(str(checkpoint_dir(drained) / "booths"))
+        .collect()
+    )
+    buckets = {row.key[0]: [bucket.start for bucket in row.value.buckets] for row in held}
+    ten = int(datetime(2026, 1, 5, 10, tzinfo=UTC).timestamp() * 1000)
+    assert buckets == {"b1": [ten, ten + 300_000], "b2": [ten]}
     assert [op["operator"] for op in last["speed.lookups"]["state_operators"]] == [
         "transformWithStateExec"
     ]
@@ -125,9 +135,7 @@ def test_a_record_later_than_the_watermark_is_dropped_and_counted(
     ]
     assert window_10_00["vehicle_count"] == 1  # e6 was not counted
     progress = [json.loads(r.value) for r in read_all(settings, settings.topics.speed_progress)]
-    second_run = [
-        p for p in progress if p["query"] == "speed.booth_stats" and p["num_input_rows"] == 1
-    ]
+    second_run = [p for p in progress if p["query"] == "speed.booths" and p["num_input_rows"] == 1]
     assert [p["rows_dropped_by_watermark"] for p in second_run] == [1]
 
 

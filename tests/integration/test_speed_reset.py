@@ -231,54 +231,38 @@ def _hdfs_checkpoint(spark: SparkSession, folder: Path) -> None:
         spark.conf.set(STATE_STORE_PROVIDER_CONF, ROCKSDB_PROVIDER)
 
 
-def test_a_checkpoint_of_the_other_state_store_is_refused_until_a_reset(
+def test_a_checkpoint_of_another_state_store_or_layout_is_refused_until_a_reset(
     kafka: Settings, spark: SparkSession, tmp_path: Path
 ) -> None:
     settings = isolated_settings(kafka, tmp_path)
     send(settings, settings.topics.entries, OneDay.ENTRIES)
-    # the lookups' operator runs on RocksDB only: another store is refused at once
+    # both lanes' operators run on RocksDB only: another store is refused at once
     spark.conf.set(STATE_STORE_PROVIDER_CONF, HDFS_PROVIDER)
     try:
         with pytest.raises(CheckpointError, match="transformWithState, which runs on RocksDB only"):
             job.run(spark, settings, available_now=True)
     finally:
         spark.conf.set(STATE_STORE_PROVIDER_CONF, ROCKSDB_PROVIDER)
-    assert not (checkpoint_dir(settings) / "booth_stats").exists()  # no query started
+    assert not any(checkpoint_dir(settings).glob("*/offsets"))  # no query started
 
+    # a checkpoint an earlier speed job made: an aggregation's, with the HDFS-backed
+    # store, and no record of how it keeps its state
     _hdfs_checkpoint(spark, checkpoint_dir(settings) / "booth_stats")
     assert state_store_provider(checkpoint_dir(settings) / "booth_stats") == HDFS_PROVIDER
     refused = run_cli(settings, "speed", "run", "--available-now")
     assert refused.returncode == 1
     message = " ".join(refused.stderr.split())
     assert (
-        f"error: the speed checkpoint {checkpoint_dir(settings)} keeps the state of its query "
-        "booth_stats with HDFSBackedStateStoreProvider, but the speed job now runs with "
-        "RocksDBStateStoreProvider"
+        f"error: the speed checkpoint {checkpoint_dir(settings)} keeps its state as "
+        "stream-stream joins and an aggregation a view, but the speed job now keeps it as "
+        "booth lane, plate lane"
     ) in message
     assert "Start the speed layer over with `lambdaline speed reset`" in message
 
     assert run_cli(settings, "speed", "reset", "--yes").returncode == 0
     job.run(spark, settings, available_now=True)
-    assert state_store_provider(checkpoint_dir(settings) / "booth_stats") == ROCKSDB_PROVIDER
+    assert state_store_provider(checkpoint_dir(settings) / "booths") == ROCKSDB_PROVIDER
+    assert not (checkpoint_dir(settings) / "booth_stats").exists()
     assert sorted(row["vehicle_count"] for row in speed_view(settings, "booth_stats").values()) == [
         1, 1, 2,
     ]  # fmt: skip
-
-
-def test_a_checkpoint_whose_lookups_were_joins_is_refused_until_a_reset(
-    kafka: Settings, spark: SparkSession, tmp_path: Path
-) -> None:
-    settings = isolated_settings(kafka, tmp_path)
-    # a lookups checkpoint with a micro-batch logged and no record of how it kept its
-    # state: made by the stream-stream joins an earlier speed layer ran
-    logged = checkpoint_dir(settings) / "lookups" / "offsets"
-    logged.mkdir(parents=True)
-    (logged / "0").write_text('v1\n{"batchWatermarkMs":0,"conf":{}}\n', encoding="utf-8")
-
-    with pytest.raises(CheckpointError) as refused:
-        job.run(spark, settings, available_now=True)
-    assert (
-        f"the speed checkpoint {checkpoint_dir(settings)} keeps the lookups' state as "
-        "stream-stream joins, but the speed job now keeps it as plate-state"
-    ) in str(refused.value)
-    assert "`lambdaline speed reset`" in str(refused.value)
