@@ -1,4 +1,4 @@
-"""The speed layer's per-entry lookups: each entry's trip and its registration.
+"""The speed layer's plate lane: each entry's trip and its registration, and each visit.
 
 One streaming query keeps, per licence plate, what the plate's entries still
 wait for, in one stateful operator (Spark's ``transformWithState``, event
@@ -39,6 +39,12 @@ layers to each other. It is Java because the Python state API crosses to the
 JVM on every state call, about seven times the cost per key
 (``benchmarks/plate_state.py``, docs/performance.md).
 
+**Visits.** The plate's open visits are in its state too
+(:func:`shared.domain.views.vehicle_visits`' rule, Spark's session window: an
+entry at t spans [t, t + session_gap), and spans that overlap are one visit); a
+visit is written once, when the watermark passes its end (its last entry + gap)
+and no entry can still extend it or join it to the next: final when written.
+
 The entries missing an exit or a registration go to an internal topic, which
 a second, small query counts per window into ``diagnostics``
 (:func:`diagnostic_counts`). The same query carries the input's dead letters
@@ -60,8 +66,13 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from shared.domain.events import TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION
-from shared.domain.view_specs import EXPIRED_REGISTRATIONS, VEHICLE_TRIPS
-from shared.domain.views import DiagnosticReason, count_diagnostics, trip_candidates
+from shared.domain.view_specs import EXPIRED_REGISTRATIONS, VEHICLE_TRIPS, VEHICLE_VISITS
+from shared.domain.views import (
+    MONEY_TOTAL,
+    DiagnosticReason,
+    count_diagnostics,
+    trip_candidates,
+)
 from shared.platform.jvm import compiled_jar
 from shared.platform.streaming import MicroBatchFunction, kafka_stream
 from shared.settings import Settings
@@ -80,7 +91,7 @@ PLATE_LOOKUPS_CLASS = "lambdaline.speed.PlateLookups"
 ENTRY, EXIT, REGISTERED = "entry", "exit", "registration"
 """The kinds of row of :func:`plate_events` (``PlateLookups``' input kinds)."""
 
-TRIP, REGISTRATION, DEAD_LETTER = "trip", "registration", "dead_letter"
+TRIP, REGISTRATION, VISIT, DEAD_LETTER = "trip", "registration", "visit", "dead_letter"
 """The kinds of candidate row of :func:`entry_lookups`, and its dead letters."""
 
 DIAGNOSTIC_KINDS: dict[str, DiagnosticReason] = {
@@ -92,7 +103,10 @@ processor names each by its diagnostic reason (``missing_exit``, ``missing_regis
 DIAGNOSTIC_ENTRY_SCHEMA = "event_id string, booth_id string, entry_time timestamp, reason string"
 """An internal-topic record: one entry missing an exit or a registration."""
 
-_TIMES = {"entry_ms": "entry_time", "exit_ms": "exit_time", "registration_ms": "registration_time"}
+_TIMES = {
+    "entry_ms": "entry_time", "exit_ms": "exit_time", "registration_ms": "registration_time",
+    "session_end_ms": "session_end",
+}  # fmt: skip
 """The processor's times (epoch milliseconds) and the columns they become."""
 
 
@@ -134,24 +148,26 @@ def plate_events(
     as_entries = _as_plate_event(
         entries, ENTRY, TOLL_ENTRY.time_field,
         {"booth_id": F.col("booth_id"), "registration_id": none.cast("string"),
-         "expired": none.cast("boolean")},
+         "expired": none.cast("boolean"), "toll_cents": (F.col("toll") * 100).cast("long")},
     )  # fmt: skip
     as_registrations = _as_plate_event(
         registrations, REGISTERED, VEHICLE_REGISTRATION.time_field,
         {"booth_id": none.cast("string"), "registration_id": F.col("registration_id"),
-         "expired": F.col("expired")},
+         "expired": F.col("expired"), "toll_cents": none.cast("long")},
     )  # fmt: skip
     as_exits = _as_plate_event(
         exits, EXIT, TOLL_EXIT.time_field,
         {"booth_id": F.col("booth_id"), "registration_id": none.cast("string"),
-         "expired": none.cast("boolean")},
+         "expired": none.cast("boolean"), "toll_cents": none.cast("long")},
     )  # fmt: skip
     plates = as_entries.unionByName(as_registrations).withWatermark("event_time", delay)
     union = plates.unionByName(as_exits.withWatermark("event_time", delay))
     return union.withColumn("time_ms", F.unix_millis("event_time"))
 
 
-def plate_lookups(events: DataFrame, max_trip: timedelta, lookback: timedelta) -> DataFrame:
+def plate_lookups(
+    events: DataFrame, max_trip: timedelta, lookback: timedelta, gap: timedelta
+) -> DataFrame:
     """``PlateLookups`` over :func:`plate_events`: ``kind`` (:data:`TRIP`,
     :data:`REGISTRATION` or a :data:`DIAGNOSTIC_KINDS` reason), the entry's ``event_id``,
     ``booth_id``, ``license_plate``, ``entry_time``, and a candidate's ``exit_time`` or
@@ -162,11 +178,16 @@ def plate_lookups(events: DataFrame, max_trip: timedelta, lookback: timedelta) -
     """
     spark = events.sparkSession
     processor = spark.sparkContext._jvm.lambdaline.speed.PlateLookups  # type: ignore[union-attr]
-    ms = (max_trip // timedelta(milliseconds=1), lookback // timedelta(milliseconds=1))
+    ms = [duration // timedelta(milliseconds=1) for duration in (max_trip, lookback, gap)]
     found = DataFrame(processor.apply(events._jdf, *ms), spark)
+    money = (F.col("toll_cents").cast("decimal(20,0)") / 100).cast(MONEY_TOTAL).alias("total_toll")
     return found.select(
         *(
-            F.timestamp_millis(name).alias(_TIMES[name]) if name in _TIMES else F.col(name)
+            F.timestamp_millis(name).alias(_TIMES[name])
+            if name in _TIMES
+            else money
+            if name == "toll_cents"
+            else F.col(name)
             for name in found.columns
         )
     )
@@ -180,8 +201,10 @@ def entry_lookups(
     max_trip: timedelta,
     watermark: timedelta,
     lookback: timedelta,
+    gap: timedelta,
 ) -> DataFrame:
-    """Both lookups of every entry, and the dead letters, as one stream (append mode).
+    """Both lookups of every entry, the visits, and the dead letters, as one stream
+    (append mode).
 
     :func:`plate_lookups`' rows, and ``dead_letter`` rows with the columns of
     :attr:`shared.domain.validation.DecodedRecords.dead_letters` (the other columns
@@ -190,7 +213,7 @@ def entry_lookups(
     would cost a micro-batch of its own every trigger.
     """
     events = plate_events(entries, exits, registrations, watermark)
-    return plate_lookups(events, max_trip, lookback).unionByName(
+    return plate_lookups(events, max_trip, lookback, gap).unionByName(
         dead_letters.withColumn("kind", F.lit(DEAD_LETTER)), allowMissingColumns=True
     )
 
@@ -210,6 +233,7 @@ def publish_lookups(settings: Settings) -> MicroBatchFunction:
     expired_topic = settings.topics.speed(EXPIRED_REGISTRATIONS.name)
     internal_topic = settings.topics.diagnostic_entries
     dead_letters_topic = settings.topics.dead_letters
+    visits_topic = settings.topics.speed(VEHICLE_VISITS.name)
 
     def records(topic: str, keyed: DataFrame) -> DataFrame:
         return keyed.select(F.lit(topic).alias("topic"), F.col("key").cast("binary"), "value")
@@ -225,11 +249,17 @@ def publish_lookups(settings: Settings) -> MicroBatchFunction:
                 "reason", F.col("kind")
             )
             dead = dead_letter_records(rows.where(F.col("kind") == DEAD_LETTER))
+            visits = speed_records(
+                VEHICLE_VISITS,
+                rows.where(F.col("kind") == VISIT).withColumnRenamed("entry_time", "session_start"),
+                batch_id,
+            )
             (
                 records(trips_topic, trips)
                 .unionByName(records(expired_topic, expired))
                 .unionByName(records(internal_topic, _diagnostic_entries(diagnostic)))
                 .unionByName(records(dead_letters_topic, dead))
+                .unionByName(records(visits_topic, visits))
                 # a union of four reads of `rows` has four times its partitions
                 # (40 tasks a micro-batch for a few thousand records): one task
                 # per slot instead
