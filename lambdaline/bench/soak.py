@@ -333,6 +333,8 @@ class Soak:
             latest = follower.latest.get(query, {})
             read = read_offsets(latest, self.inputs)
             gc_lines = self.gc_log.read_text().splitlines() if self.gc_log.exists() else []
+            if len(gc_lines) < gc_seen:  # a restarted JVM begins the log anew
+                gc_seen = 0
             collected = collections(gc_lines[gc_seen:])
             gc_seen = len(gc_lines)
             elapsed = now - last["t"]
