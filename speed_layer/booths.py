@@ -23,7 +23,12 @@ from shared.domain.view_specs import BOOTH_ROLLING, BOOTH_STATS, ViewSizes
 from shared.domain.views import MONEY_TOTAL
 from shared.platform.streaming import MicroBatchFunction
 from shared.settings import Settings
-from speed_layer.speed_store import kafka_sink_options, speed_records
+from speed_layer.speed_store import (
+    kafka_sink_options,
+    speed_records,
+    topic_records,
+    write_records,
+)
 
 STATS, ROLLING = BOOTH_STATS.name, BOOTH_ROLLING.name
 """The kinds of row of :func:`booth_lane` (``BoothLane``' output kinds)."""
@@ -75,19 +80,15 @@ def publish_booths(settings: Settings) -> MicroBatchFunction:
     def publish(rows: DataFrame, batch_id: int) -> None:
         rows.persist()  # two selects read it below: compute it once
         try:
-            records = [
-                speed_records(view, rows.where(F.col("kind") == view.name), batch_id).select(
-                    F.lit(topics[view.name]).alias("topic"), F.col("key").cast("binary"), "value"
-                )
-                for view in (BOOTH_STATS, BOOTH_ROLLING)
-            ]
-            (
-                records[0]
-                .unionByName(records[1])
-                .coalesce(rows.sparkSession.sparkContext.defaultParallelism)
-                .write.format("kafka")
-                .options(**options)
-                .save()
+            write_records(
+                [
+                    topic_records(
+                        topics[view.name],
+                        speed_records(view, rows.where(F.col("kind") == view.name), batch_id),
+                    )
+                    for view in (BOOTH_STATS, BOOTH_ROLLING)
+                ],
+                options,
             )
         finally:
             rows.unpersist()

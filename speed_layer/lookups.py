@@ -81,6 +81,8 @@ from speed_layer.speed_store import (
     dead_letter_records,
     kafka_sink_options,
     speed_records,
+    topic_records,
+    write_records,
 )
 
 OPERATORS_SOURCES = Path(__file__).with_name("jvm")
@@ -235,9 +237,6 @@ def publish_lookups(settings: Settings) -> MicroBatchFunction:
     dead_letters_topic = settings.topics.dead_letters
     visits_topic = settings.topics.speed(VEHICLE_VISITS.name)
 
-    def records(topic: str, keyed: DataFrame) -> DataFrame:
-        return keyed.select(F.lit(topic).alias("topic"), F.col("key").cast("binary"), "value")
-
     def publish(rows: DataFrame, batch_id: int) -> None:
         rows.persist()  # four selects read it below: compute it once
         try:
@@ -254,19 +253,15 @@ def publish_lookups(settings: Settings) -> MicroBatchFunction:
                 rows.where(F.col("kind") == VISIT).withColumnRenamed("entry_time", "session_start"),
                 batch_id,
             )
-            (
-                records(trips_topic, trips)
-                .unionByName(records(expired_topic, expired))
-                .unionByName(records(internal_topic, _diagnostic_entries(diagnostic)))
-                .unionByName(records(dead_letters_topic, dead))
-                .unionByName(records(visits_topic, visits))
-                # a union of four reads of `rows` has four times its partitions
-                # (40 tasks a micro-batch for a few thousand records): one task
-                # per slot instead
-                .coalesce(rows.sparkSession.sparkContext.defaultParallelism)
-                .write.format("kafka")
-                .options(**options)
-                .save()
+            write_records(
+                [
+                    topic_records(trips_topic, trips),
+                    topic_records(expired_topic, expired),
+                    topic_records(internal_topic, _diagnostic_entries(diagnostic)),
+                    topic_records(dead_letters_topic, dead),
+                    topic_records(visits_topic, visits),
+                ],
+                options,
             )
         finally:
             rows.unpersist()

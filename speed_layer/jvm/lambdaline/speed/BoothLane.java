@@ -6,7 +6,6 @@ import java.util.Map;
 import java.util.TreeMap;
 import java.util.TreeSet;
 
-import org.apache.spark.api.java.function.MapFunction;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Encoders;
 import org.apache.spark.sql.Row;
@@ -91,14 +90,8 @@ public final class BoothLane extends StatefulProcessor<String, Row, Row> {
   /** Booth_stats and booth_rolling rows of a stream of entries ({@link #INPUT_COLUMNS}). */
   public static Dataset<Row> apply(
       Dataset<Row> entries, long windowMs, long rollingMs, long slideMs) {
-    int booth = entries.schema().fieldIndex("booth_id");
-    return entries
-        .groupByKey((MapFunction<Row, String>) row -> row.getString(booth), Encoders.STRING())
-        .transformWithState(
-            new BoothLane(windowMs, rollingMs, slideMs),
-            TimeMode.EventTime(),
-            OutputMode.Update(),
-            Encoders.row(OUTPUT));
+    BoothLane lane = new BoothLane(windowMs, rollingMs, slideMs);
+    return Lanes.keyed(entries, "booth_id", lane, OutputMode.Update(), OUTPUT);
   }
 
   @Override
@@ -140,7 +133,8 @@ public final class BoothLane extends StatefulProcessor<String, Row, Row> {
   }
 
   @Override
-  public Iterator<Row> handleExpiredTimer(String booth, TimerValues timers, ExpiredTimerInfo fired) {
+  public Iterator<Row> handleExpiredTimer(
+      String booth, TimerValues timers, ExpiredTimerInfo fired) {
     if (booths.exists()) {
       Booth state = Booth.of(booths.get());
       state.timerMs = null; // a fired timer is gone
@@ -156,20 +150,13 @@ public final class BoothLane extends StatefulProcessor<String, Row, Row> {
    * before it).
    */
   long deadline(long bucketStart) {
-    return Math.max(floor(bucketStart, windowMs) + windowMs, floor(bucketStart, slideMs) + rollingMs);
+    return Math.max(
+        floor(bucketStart, windowMs) + windowMs, floor(bucketStart, slideMs) + rollingMs);
   }
 
   private void save(Booth state) {
     Long next = state.buckets.isEmpty() ? null : deadline(state.buckets.firstKey());
-    if (!java.util.Objects.equals(next, state.timerMs)) {
-      if (state.timerMs != null) {
-        getHandle().deleteTimer(state.timerMs);
-      }
-      if (next != null) {
-        getHandle().registerTimer(next);
-      }
-      state.timerMs = next;
-    }
+    state.timerMs = Lanes.moveTimer(getHandle(), state.timerMs, next);
     if (state.buckets.isEmpty()) {
       booths.clear();
     } else {
@@ -240,7 +227,7 @@ public final class BoothLane extends StatefulProcessor<String, Row, Row> {
 
     /** Drops the buckets no entry after the watermark can add to a window with. */
     void forget(long watermark, BoothLane lane) {
-      buckets.headMap(Long.MAX_VALUE).entrySet().removeIf(e -> lane.deadline(e.getKey()) <= watermark);
+      buckets.entrySet().removeIf(e -> lane.deadline(e.getKey()) <= watermark);
     }
   }
 }

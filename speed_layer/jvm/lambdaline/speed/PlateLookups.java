@@ -3,9 +3,7 @@ package lambdaline.speed;
 import java.util.ArrayList;
 import java.util.Comparator;
 import java.util.List;
-import java.util.Objects;
 
-import org.apache.spark.api.java.function.MapFunction;
 import org.apache.spark.sql.Dataset;
 import org.apache.spark.sql.Encoders;
 import org.apache.spark.sql.Row;
@@ -132,14 +130,8 @@ public final class PlateLookups extends StatefulProcessor<String, Row, Row> {
   /** The lookups of a stream of plate events ({@link #INPUT_COLUMNS}), as {@link #OUTPUT} rows. */
   public static Dataset<Row> apply(
       Dataset<Row> events, long maxTripMs, long lookbackMs, long gapMs) {
-    int plate = events.schema().fieldIndex("license_plate");
-    return events
-        .groupByKey((MapFunction<Row, String>) row -> row.getString(plate), Encoders.STRING())
-        .transformWithState(
-            new PlateLookups(maxTripMs, lookbackMs, gapMs),
-            TimeMode.EventTime(),
-            OutputMode.Append(),
-            Encoders.row(OUTPUT));
+    PlateLookups lookups = new PlateLookups(maxTripMs, lookbackMs, gapMs);
+    return Lanes.keyed(events, "license_plate", lookups, OutputMode.Append(), OUTPUT);
   }
 
   @Override
@@ -163,7 +155,8 @@ public final class PlateLookups extends StatefulProcessor<String, Row, Row> {
           if (state.add(entry)) {
             arrived.add(entry);
           }
-          state.visit(new SessionEntry(ms, eventId, boothId, row.getLong(row.fieldIndex("toll_cents"))), gapMs);
+          long cents = row.getLong(row.fieldIndex("toll_cents"));
+          state.visit(new SessionEntry(ms, eventId, boothId, cents), gapMs);
         }
         case EXIT -> state.add(new Exit(row.getString(row.fieldIndex("booth_id")), ms));
         case REGISTRATION -> {
@@ -199,7 +192,8 @@ public final class PlateLookups extends StatefulProcessor<String, Row, Row> {
   }
 
   @Override
-  public Iterator<Row> handleExpiredTimer(String plate, TimerValues timers, ExpiredTimerInfo fired) {
+  public Iterator<Row> handleExpiredTimer(
+      String plate, TimerValues timers, ExpiredTimerInfo fired) {
     if (!plates.exists()) {
       return CollectionConverters.asScala(java.util.Collections.<Row>emptyIterator());
     }
@@ -264,15 +258,7 @@ public final class PlateLookups extends StatefulProcessor<String, Row, Row> {
     for (List<SessionEntry> session : state.sessions) {
       next = next == null ? end(session) : Math.min(next, end(session));
     }
-    if (!Objects.equals(next, state.timerMs)) {
-      if (state.timerMs != null) {
-        getHandle().deleteTimer(state.timerMs);
-      }
-      if (next != null) {
-        getHandle().registerTimer(next);
-      }
-      state.timerMs = next;
-    }
+    state.timerMs = Lanes.moveTimer(getHandle(), state.timerMs, next);
     if (state.isEmpty()) {
       plates.clear();
     } else {
@@ -384,7 +370,8 @@ public final class PlateLookups extends StatefulProcessor<String, Row, Row> {
         for (Row s : row.<Row>getList(4)) {
           List<SessionEntry> session = new ArrayList<>();
           for (Row e : s.<Row>getList(0)) {
-            session.add(new SessionEntry(e.getLong(0), e.getString(1), e.getString(2), e.getLong(3)));
+            session.add(
+                new SessionEntry(e.getLong(0), e.getString(1), e.getString(2), e.getLong(3)));
           }
           plate.sessions.add(session);
         }
