@@ -22,9 +22,11 @@ from shared.domain.events import EVENT_TYPES, TOLL_ENTRY, TOLL_EXIT, VEHICLE_REG
 from shared.domain.validation import DecodedRecords, decode_each_topic
 from shared.domain.view_specs import (
     DIAGNOSTICS,
+    VEHICLE_VISITS,
 )
 from shared.domain.views import (
     COUNTED_INPUTS,
+    vehicle_visits,
     without_duplicates,
 )
 from shared.platform.logs import log_event
@@ -180,15 +182,16 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
     # one watermark over the plate's events and hold no copies: speed_layer/lookups.py)
     entries = with_event_time(entry_events, TOLL_ENTRY, settings.views.watermark)
 
-    # compute views, in two lanes: per booth (booth_stats, booth_rolling) and per plate
-    # (trips, alerts, visits, the entries missing a lookup); each query reads its source
+    # compute views: a booth lane (booth_stats, booth_rolling), a plate lane (trips,
+    # alerts, the entries missing a lookup) and the visits, whose session window is
+    # decided on the entries' watermark alone (the plate lane's waits for exits too)
     sizes = settings.views.sizes
     booths = booth_lane(entries, sizes)
+    visits = vehicle_visits(entries, sizes.session_gap)
     lookups = entry_lookups(
         everything.of(TOLL_ENTRY), everything.of(TOLL_EXIT),
         everything.of(VEHICLE_REGISTRATION), everything.dead_letters,
         settings.views.max_trip, settings.views.watermark, settings.views.registration_lookback,
-        sizes.session_gap,
     )  # fmt: skip
 
     # write sinks, each in its lane (trigger and scheduler pool): the booths and
@@ -217,6 +220,9 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
             .option("checkpointLocation", str(checkpoint_dir(settings) / "lookups")),
             lookups_lane,
         ),
+        # append: a visit is written once, when the watermark passes its end (last
+        # entry + gap) and no entry can still extend it
+        (view_writer(VEHICLE_VISITS, visits, settings, output_mode="append"), lookups_lane),
     ]
     second_phase = [
         # derived: reads the lookups' internal topic, not the input topics

@@ -1,4 +1,4 @@
-"""The speed layer's plate lane: each entry's trip and its registration, and each visit.
+"""The speed layer's per-entry lookups: each entry's trip and its registration.
 
 One streaming query keeps, per licence plate, what the plate's entries still
 wait for, in one stateful operator (Spark's ``transformWithState``, event
@@ -39,12 +39,6 @@ layers to each other. It is Java because the Python state API crosses to the
 JVM on every state call, about seven times the cost per key
 (``benchmarks/plate_state.py``, docs/performance.md).
 
-**Visits.** The plate's open visits are in its state too
-(:func:`shared.domain.views.vehicle_visits`' rule, Spark's session window: an
-entry at t spans [t, t + session_gap), and spans that overlap are one visit); a
-visit is written once, when the watermark passes its end (its last entry + gap)
-and no entry can still extend it or join it to the next: final when written.
-
 The entries missing an exit or a registration go to an internal topic, which
 a second, small query counts per window into ``diagnostics``
 (:func:`diagnostic_counts`). The same query carries the input's dead letters
@@ -66,13 +60,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from shared.domain.events import TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION
-from shared.domain.view_specs import EXPIRED_REGISTRATIONS, VEHICLE_TRIPS, VEHICLE_VISITS
-from shared.domain.views import (
-    MONEY_TOTAL,
-    DiagnosticReason,
-    count_diagnostics,
-    trip_candidates,
-)
+from shared.domain.view_specs import EXPIRED_REGISTRATIONS, VEHICLE_TRIPS
+from shared.domain.views import DiagnosticReason, count_diagnostics, trip_candidates
 from shared.platform.jvm import compiled_jar
 from shared.platform.streaming import MicroBatchFunction, kafka_stream
 from shared.settings import Settings
@@ -93,7 +82,7 @@ PLATE_LOOKUPS_CLASS = "lambdaline.speed.PlateLookups"
 ENTRY, EXIT, REGISTERED = "entry", "exit", "registration"
 """The kinds of row of :func:`plate_events` (``PlateLookups``' input kinds)."""
 
-TRIP, REGISTRATION, VISIT, DEAD_LETTER = "trip", "registration", "visit", "dead_letter"
+TRIP, REGISTRATION, DEAD_LETTER = "trip", "registration", "dead_letter"
 """The kinds of candidate row of :func:`entry_lookups`, and its dead letters."""
 
 DIAGNOSTIC_KINDS: dict[str, DiagnosticReason] = {
@@ -105,10 +94,7 @@ processor names each by its diagnostic reason (``missing_exit``, ``missing_regis
 DIAGNOSTIC_ENTRY_SCHEMA = "event_id string, booth_id string, entry_time timestamp, reason string"
 """An internal-topic record: one entry missing an exit or a registration."""
 
-_TIMES = {
-    "entry_ms": "entry_time", "exit_ms": "exit_time", "registration_ms": "registration_time",
-    "session_end_ms": "session_end",
-}  # fmt: skip
+_TIMES = {"entry_ms": "entry_time", "exit_ms": "exit_time", "registration_ms": "registration_time"}
 """The processor's times (epoch milliseconds) and the columns they become."""
 
 
@@ -150,26 +136,24 @@ def plate_events(
     as_entries = _as_plate_event(
         entries, ENTRY, TOLL_ENTRY.time_field,
         {"booth_id": F.col("booth_id"), "registration_id": none.cast("string"),
-         "expired": none.cast("boolean"), "toll_cents": (F.col("toll") * 100).cast("long")},
+         "expired": none.cast("boolean")},
     )  # fmt: skip
     as_registrations = _as_plate_event(
         registrations, REGISTERED, VEHICLE_REGISTRATION.time_field,
         {"booth_id": none.cast("string"), "registration_id": F.col("registration_id"),
-         "expired": F.col("expired"), "toll_cents": none.cast("long")},
+         "expired": F.col("expired")},
     )  # fmt: skip
     as_exits = _as_plate_event(
         exits, EXIT, TOLL_EXIT.time_field,
         {"booth_id": F.col("booth_id"), "registration_id": none.cast("string"),
-         "expired": none.cast("boolean"), "toll_cents": none.cast("long")},
+         "expired": none.cast("boolean")},
     )  # fmt: skip
     plates = as_entries.unionByName(as_registrations).withWatermark("event_time", delay)
     union = plates.unionByName(as_exits.withWatermark("event_time", delay))
     return union.withColumn("time_ms", F.unix_millis("event_time"))
 
 
-def plate_lookups(
-    events: DataFrame, max_trip: timedelta, lookback: timedelta, gap: timedelta
-) -> DataFrame:
+def plate_lookups(events: DataFrame, max_trip: timedelta, lookback: timedelta) -> DataFrame:
     """``PlateLookups`` over :func:`plate_events`: ``kind`` (:data:`TRIP`,
     :data:`REGISTRATION` or a :data:`DIAGNOSTIC_KINDS` reason), the entry's ``event_id``,
     ``booth_id``, ``license_plate``, ``entry_time``, and a candidate's ``exit_time`` or
@@ -180,16 +164,11 @@ def plate_lookups(
     """
     spark = events.sparkSession
     processor = spark.sparkContext._jvm.lambdaline.speed.PlateLookups  # type: ignore[union-attr]
-    ms = [duration // timedelta(milliseconds=1) for duration in (max_trip, lookback, gap)]
+    ms = (max_trip // timedelta(milliseconds=1), lookback // timedelta(milliseconds=1))
     found = DataFrame(processor.apply(events._jdf, *ms), spark)
-    money = (F.col("toll_cents").cast("decimal(20,0)") / 100).cast(MONEY_TOTAL).alias("total_toll")
     return found.select(
         *(
-            F.timestamp_millis(name).alias(_TIMES[name])
-            if name in _TIMES
-            else money
-            if name == "toll_cents"
-            else F.col(name)
+            F.timestamp_millis(name).alias(_TIMES[name]) if name in _TIMES else F.col(name)
             for name in found.columns
         )
     )
@@ -203,10 +182,8 @@ def entry_lookups(
     max_trip: timedelta,
     watermark: timedelta,
     lookback: timedelta,
-    gap: timedelta,
 ) -> DataFrame:
-    """Both lookups of every entry, the visits, and the dead letters, as one stream
-    (append mode).
+    """Both lookups of every entry, and the dead letters, as one stream (append mode).
 
     :func:`plate_lookups`' rows, and ``dead_letter`` rows with the columns of
     :attr:`shared.domain.validation.DecodedRecords.dead_letters` (the other columns
@@ -215,7 +192,7 @@ def entry_lookups(
     would cost a micro-batch of its own every trigger.
     """
     events = plate_events(entries, exits, registrations, watermark)
-    return plate_lookups(events, max_trip, lookback, gap).unionByName(
+    return plate_lookups(events, max_trip, lookback).unionByName(
         dead_letters.withColumn("kind", F.lit(DEAD_LETTER)), allowMissingColumns=True
     )
 
@@ -235,7 +212,6 @@ def publish_lookups(settings: Settings) -> MicroBatchFunction:
     expired_topic = settings.topics.speed(EXPIRED_REGISTRATIONS.name)
     internal_topic = settings.topics.diagnostic_entries
     dead_letters_topic = settings.topics.dead_letters
-    visits_topic = settings.topics.speed(VEHICLE_VISITS.name)
 
     def publish(rows: DataFrame, batch_id: int) -> None:
         rows.persist()  # four selects read it below: compute it once
@@ -248,18 +224,12 @@ def publish_lookups(settings: Settings) -> MicroBatchFunction:
                 "reason", F.col("kind")
             )
             dead = dead_letter_records(rows.where(F.col("kind") == DEAD_LETTER))
-            visits = speed_records(
-                VEHICLE_VISITS,
-                rows.where(F.col("kind") == VISIT).withColumnRenamed("entry_time", "session_start"),
-                batch_id,
-            )
             write_records(
                 [
                     topic_records(trips_topic, trips),
                     topic_records(expired_topic, expired),
                     topic_records(internal_topic, _diagnostic_entries(diagnostic)),
                     topic_records(dead_letters_topic, dead),
-                    topic_records(visits_topic, visits),
                 ],
                 options,
             )

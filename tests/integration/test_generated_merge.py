@@ -215,7 +215,7 @@ KEYS = {
 WRITTEN_BY = {
     "booth_stats": "speed.booths", "booth_rolling": "speed.booths",
     "vehicle_trips": "speed.lookups", "expired_registrations": "speed.lookups",
-    "diagnostics": "speed.lookups", "vehicle_visits": "speed.lookups",
+    "diagnostics": "speed.lookups", "vehicle_visits": "speed.vehicle_visits",
 }  # fmt: skip
 """The query whose late drops explain a view's differences (diagnostics: its entries
 come from the lookups)."""

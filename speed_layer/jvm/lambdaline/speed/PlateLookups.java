@@ -50,13 +50,12 @@ public final class PlateLookups extends StatefulProcessor<String, Row, Row> {
   private static final long serialVersionUID = 1L;
 
   public static final String ENTRY = "entry", EXIT = "exit", REGISTRATION = "registration";
-  public static final String TRIP = "trip", MISSING_EXIT = "missing_exit", VISIT = "visit";
+  public static final String TRIP = "trip", MISSING_EXIT = "missing_exit";
   public static final String MISSING_REGISTRATION = "missing_registration";
 
   /** The columns read of each input row (others are ignored). */
   public static final String[] INPUT_COLUMNS = {
-    "kind", "license_plate", "time_ms", "event_id", "booth_id", "registration_id", "expired",
-    "toll_cents"
+    "kind", "license_plate", "time_ms", "event_id", "booth_id", "registration_id", "expired"
   };
 
   public static final StructType OUTPUT =
@@ -70,22 +69,7 @@ public final class PlateLookups extends StatefulProcessor<String, Row, Row> {
           .add("registration_ms", DataTypes.LongType)
           .add("registration_id", DataTypes.StringType)
           .add("registration_event_id", DataTypes.StringType)
-          .add("expired", DataTypes.BooleanType)
-          .add("session_end_ms", DataTypes.LongType)
-          .add("entry_count", DataTypes.LongType)
-          .add("booths", DataTypes.createArrayType(DataTypes.StringType, false))
-          .add("toll_cents", DataTypes.LongType);
-
-  private static final StructType SESSION_ENTRY =
-      new StructType()
-          .add("ms", DataTypes.LongType, false)
-          .add("event_id", DataTypes.StringType)
-          .add("booth_id", DataTypes.StringType)
-          .add("cents", DataTypes.LongType, false);
-
-  private static final StructType SESSION =
-      new StructType()
-          .add("entries", DataTypes.createArrayType(SESSION_ENTRY, false));
+          .add("expired", DataTypes.BooleanType);
 
   private static final StructType REGISTRATION_STATE =
       new StructType()
@@ -113,24 +97,20 @@ public final class PlateLookups extends StatefulProcessor<String, Row, Row> {
           .add("entries", DataTypes.createArrayType(ENTRY_STATE, false))
           .add("exits", DataTypes.createArrayType(EXIT_STATE, false))
           .add("registrations", DataTypes.createArrayType(REGISTRATION_STATE, false))
-          .add("timer_ms", DataTypes.LongType)
-          .add("sessions", DataTypes.createArrayType(SESSION, false));
+          .add("timer_ms", DataTypes.LongType);
 
   private final long maxTripMs;
   private final long lookbackMs;
-  private final long gapMs;
   private transient ValueState<Row> plates;
 
-  private PlateLookups(long maxTripMs, long lookbackMs, long gapMs) {
+  private PlateLookups(long maxTripMs, long lookbackMs) {
     this.maxTripMs = maxTripMs;
     this.lookbackMs = lookbackMs;
-    this.gapMs = gapMs;
   }
 
   /** The lookups of a stream of plate events ({@link #INPUT_COLUMNS}), as {@link #OUTPUT} rows. */
-  public static Dataset<Row> apply(
-      Dataset<Row> events, long maxTripMs, long lookbackMs, long gapMs) {
-    PlateLookups lookups = new PlateLookups(maxTripMs, lookbackMs, gapMs);
+  public static Dataset<Row> apply(Dataset<Row> events, long maxTripMs, long lookbackMs) {
+    PlateLookups lookups = new PlateLookups(maxTripMs, lookbackMs);
     return Lanes.keyed(events, "license_plate", lookups, OutputMode.Append(), OUTPUT);
   }
 
@@ -150,13 +130,10 @@ public final class PlateLookups extends StatefulProcessor<String, Row, Row> {
       String eventId = row.getString(row.fieldIndex("event_id"));
       switch (kind) {
         case ENTRY -> {
-          String boothId = row.getString(row.fieldIndex("booth_id"));
-          Entry entry = new Entry(eventId, boothId, ms);
+          Entry entry = new Entry(eventId, row.getString(row.fieldIndex("booth_id")), ms);
           if (state.add(entry)) {
             arrived.add(entry);
           }
-          long cents = row.getLong(row.fieldIndex("toll_cents"));
-          state.visit(new SessionEntry(ms, eventId, boothId, cents), gapMs);
         }
         case EXIT -> state.add(new Exit(row.getString(row.fieldIndex("booth_id")), ms));
         case REGISTRATION -> {
@@ -221,43 +198,13 @@ public final class PlateLookups extends StatefulProcessor<String, Row, Row> {
     }
     state.entries = kept;
     state.forget(watermark, lookbackMs);
-    // a visit is over once W passes its end: no entry can still extend it or join it to the next
-    List<List<SessionEntry>> open = new ArrayList<>();
-    for (List<SessionEntry> session : state.sessions) {
-      if (watermark >= end(session)) {
-        out.add(visitRow(plate, session));
-      } else {
-        open.add(session);
-      }
-    }
-    state.sessions = open;
     save(state);
     return CollectionConverters.asScala(out.iterator());
-  }
-
-  /** A session's end: its last entry plus the gap (Spark's session_window). */
-  private long end(List<SessionEntry> session) {
-    return session.get(session.size() - 1).ms() + gapMs;
-  }
-
-  private Row visitRow(String plate, List<SessionEntry> session) {
-    List<String> booths = new ArrayList<>(session.size());
-    long cents = 0;
-    for (SessionEntry e : session) {
-      booths.add(e.boothId());
-      cents += e.cents();
-    }
-    return RowFactory.create(
-        VISIT, null, null, plate, session.get(0).ms(), null, null, null, null, null,
-        end(session), (long) session.size(), CollectionConverters.asScala(booths).toSeq(), cents);
   }
 
   /** Keep the plate's state, or drop it when empty; one timer, at its next deadline. */
   private void save(Plate state) {
     Long next = state.nextDeadline(maxTripMs, lookbackMs);
-    for (List<SessionEntry> session : state.sessions) {
-      next = next == null ? end(session) : Math.min(next, end(session));
-    }
     state.timerMs = Lanes.moveTimer(getHandle(), state.timerMs, next);
     if (state.isEmpty()) {
       plates.clear();
@@ -269,20 +216,19 @@ public final class PlateLookups extends StatefulProcessor<String, Row, Row> {
   private static Row tripRow(String plate, Entry entry) {
     return RowFactory.create(
         TRIP, entry.eventId, entry.boothId, plate, entry.ms, entry.exitMs,
-        null, null, null, null, null, null, null, null);
+        null, null, null, null);
   }
 
   private static Row registrationRow(String plate, Entry entry) {
     Registration r = entry.registration;
     return RowFactory.create(
         REGISTRATION, entry.eventId, entry.boothId, plate, entry.ms, null,
-        r.ms, r.id, r.eventId, r.expired, null, null, null, null);
+        r.ms, r.id, r.eventId, r.expired);
   }
 
   private static Row diagnosticRow(String kind, String plate, Entry entry) {
     return RowFactory.create(
-        kind, entry.eventId, entry.boothId, plate, entry.ms, null, null, null, null, null,
-        null, null, null, null);
+        kind, entry.eventId, entry.boothId, plate, entry.ms, null, null, null, null, null);
   }
 
   /** An entry held for its lookups. */
@@ -302,13 +248,6 @@ public final class PlateLookups extends StatefulProcessor<String, Row, Row> {
   }
 
   record Exit(String boothId, long ms) {}
-
-  /** An entry of an open visit; a visit's entries are kept in (time, event id) order. */
-  record SessionEntry(long ms, String eventId, String boothId, long cents) {
-    static final Comparator<SessionEntry> ORDER =
-        Comparator.comparingLong(SessionEntry::ms)
-            .thenComparing(SessionEntry::eventId, Comparator.nullsFirst(Comparator.naturalOrder()));
-  }
 
   /** A registration; ranked by (time, id, event id), greatest best (nulls first). */
   record Registration(long ms, String id, String eventId, Boolean expired) {
@@ -344,7 +283,6 @@ public final class PlateLookups extends StatefulProcessor<String, Row, Row> {
     List<Entry> entries = new ArrayList<>();
     List<Exit> exits = new ArrayList<>();
     List<Registration> registrations = new ArrayList<>();
-    List<List<SessionEntry>> sessions = new ArrayList<>();
     Long timerMs;
 
     static Plate of(Row row) {
@@ -366,16 +304,6 @@ public final class PlateLookups extends StatefulProcessor<String, Row, Row> {
         plate.registrations.add(Registration.of(r));
       }
       plate.timerMs = row.isNullAt(3) ? null : row.getLong(3);
-      if (!row.isNullAt(4)) {
-        for (Row s : row.<Row>getList(4)) {
-          List<SessionEntry> session = new ArrayList<>();
-          for (Row e : s.<Row>getList(0)) {
-            session.add(
-                new SessionEntry(e.getLong(0), e.getString(1), e.getString(2), e.getLong(3)));
-          }
-          plate.sessions.add(session);
-        }
-      }
       return plate;
     }
 
@@ -396,16 +324,8 @@ public final class PlateLookups extends StatefulProcessor<String, Row, Row> {
       for (Registration r : registrations) {
         registrationRows.add(r.toRow());
       }
-      List<Row> sessionRows = new ArrayList<>(sessions.size());
-      for (List<SessionEntry> session : sessions) {
-        List<Row> entriesOf = new ArrayList<>(session.size());
-        for (SessionEntry e : session) {
-          entriesOf.add(RowFactory.create(e.ms(), e.eventId(), e.boothId(), e.cents()));
-        }
-        sessionRows.add(RowFactory.create(seq(entriesOf)));
-      }
       return RowFactory.create(
-          seq(entryRows), seq(exitRows), seq(registrationRows), timerMs, seq(sessionRows));
+          seq(entryRows), seq(exitRows), seq(registrationRows), timerMs);
     }
 
     private static scala.collection.immutable.Seq<Row> seq(List<Row> rows) {
@@ -413,38 +333,7 @@ public final class PlateLookups extends StatefulProcessor<String, Row, Row> {
     }
 
     boolean isEmpty() {
-      return entries.isEmpty() && exits.isEmpty() && registrations.isEmpty() && sessions.isEmpty();
-    }
-
-    /**
-     * Adds an entry to the plate's open visits ({@code shared.domain.views.vehicle_visits}: an
-     * entry at t spans [t, t + gap), and spans that overlap are one visit): it joins every visit
-     * it overlaps into one. A copy of an entry an open visit holds (same event id) is not added;
-     * an open visit holds every entry a copy can still come of (a copy at or before the
-     * watermark is late, and a visit stays open until the watermark passes its last entry +
-     * gap).
-     */
-    void visit(SessionEntry entry, long gapMs) {
-      List<SessionEntry> merged = new ArrayList<>();
-      merged.add(entry);
-      List<List<SessionEntry>> others = new ArrayList<>();
-      for (List<SessionEntry> session : sessions) {
-        for (SessionEntry held : session) {
-          if (held.eventId() != null && held.eventId().equals(entry.eventId())) {
-            return;
-          }
-        }
-        long first = session.get(0).ms();
-        long last = session.get(session.size() - 1).ms();
-        if (entry.ms() < last + gapMs && first < entry.ms() + gapMs) {
-          merged.addAll(session);
-        } else {
-          others.add(session);
-        }
-      }
-      merged.sort(SessionEntry.ORDER);
-      others.add(merged);
-      sessions = others;
+      return entries.isEmpty() && exits.isEmpty() && registrations.isEmpty();
     }
 
     /** Adds an entry not held yet (a copy of one, same event id, is not); true if added. */
