@@ -1,9 +1,12 @@
 """The views of lambdaline, each defined once as DataFrame -> DataFrame.
 
 These functions are the definition of truth: the batch layer applies them to
-the whole master dataset, and the speed layer wires the same functions between
-its sources (with watermarks) and its sinks. Sizes (window, max trip) are
-arguments, taken from settings by the caller, never written here.
+the whole master dataset; the speed layer wires the stateless ones and
+``vehicle_visits`` between its sources (with watermarks) and its sinks, and
+keeps the rest in per-booth and per-plate state (``speed_layer.booths``,
+``speed_layer.lookups``) by the same rules, which the equivalence tests hold it
+to. Sizes (window, max trip) are arguments, taken from settings by the caller,
+never written here.
 
 Inputs are validated events as :func:`shared.domain.validation.decode_records` yields
 them (event fields plus ``source_*`` columns). Duplicates (same ``event_id``)
@@ -52,8 +55,7 @@ def _seconds(duration: timedelta) -> str:
 
 
 def _interval(duration: timedelta) -> Column:
-    """A literal interval: streaming joins read time bounds only from literals, and
-    without a bound they keep state forever (outer joins are refused outright)."""
+    """A literal interval (a session window's gap, a join's time bound)."""
     return F.expr(f"INTERVAL '{duration.total_seconds():.3f}' SECOND")
 
 
@@ -224,7 +226,8 @@ def earliest_exits(pairs: DataFrame) -> DataFrame:
 
 def trip_candidates(matches: DataFrame) -> DataFrame:
     """``vehicle_trips`` candidates (the view's columns) of :func:`trip_matches`: one per
-    matched (entry, exit) pair. The speed layer writes each as it finds it."""
+    matched (entry, exit) pair. The speed layer writes one when an exit beats an entry's
+    earliest so far."""
     return matches.where(F.col("exit_time").isNotNull()).select(
         "booth_id",
         "license_plate",
@@ -271,8 +274,6 @@ def registration_applies(lookback: timedelta) -> Column:
     ``lookback`` before it (a registration older than that no longer counts)."""
     registered = F.col("registration.registration_time")
     entered = F.col("entry.entry_time")
-    # written as an addition: streaming Spark reads the join's time bound (and so
-    # when to evict registrations) from `time + literal interval` terms
     return (
         (F.col("entry.license_plate") == F.col("registration.license_plate"))
         & (registered <= entered)
@@ -290,13 +291,8 @@ def registration_candidates(
     registration's ``registration_time``, ``registration_id``,
     ``registration_event_id`` and ``expired`` (all null for an entry that no
     registration applies to). These are ``expired_registrations``' candidates
-    (its spec's hidden columns): the speed layer writes each as it finds it.
-
-    Streaming runs the join when both sides carry one watermark (see
-    ``speed_layer.lookups``): a pair is emitted at once, an entry with none
-    once the watermark passes its entry_time. The lookback is the join's time
-    bound: a registration leaves its state once the watermark passes
-    registration_time + lookback, when no entry it applies to can still come.
+    (its spec's hidden columns): the speed layer writes one when a registration
+    outranks an entry's best so far (``speed_layer.lookups``).
     """
     entry = entries.select(*ENTRY_COLUMNS).alias("entry")
     registration = registrations.select(*REGISTRATION_COLUMNS).alias("registration")
@@ -341,10 +337,9 @@ def expired_registrations(
     return expired_at_entry(registrations_at_entry(entries, registrations, lookback))
 
 
-def unregistered_at_entry(at_entry: DataFrame, keep: Sequence[str] = ()) -> DataFrame:
-    """Diagnostic rows for entries that no registration applies to (plus the ``keep`` columns)."""
+def unregistered_at_entry(at_entry: DataFrame) -> DataFrame:
+    """Diagnostic rows for entries that no registration applies to."""
     return at_entry.where(F.col("registration_id").isNull()).select(
-        *keep,
         "booth_id",
         "entry_time",
         F.lit(DiagnosticReason.MISSING_REGISTRATION.value).alias("reason"),
@@ -356,11 +351,10 @@ def missing_exits(entries: DataFrame, exits: DataFrame, max_trip: timedelta) -> 
     return unmatched_entries(trip_matches(entries, exits, max_trip, "left_outer"))
 
 
-def unmatched_entries(matches: DataFrame, keep: Sequence[str] = ()) -> DataFrame:
-    """Diagnostic rows for the entries a left outer :func:`trip_matches` found no exit
-    for (plus the ``keep`` columns)."""
+def unmatched_entries(matches: DataFrame) -> DataFrame:
+    """Diagnostic rows for the entries a left outer :func:`trip_matches` found no exit for."""
     return matches.where(F.col("exit_time").isNull()).select(
-        *keep, "booth_id", "entry_time", F.lit(DiagnosticReason.MISSING_EXIT.value).alias("reason")
+        "booth_id", "entry_time", F.lit(DiagnosticReason.MISSING_EXIT.value).alias("reason")
     )
 
 
