@@ -123,6 +123,9 @@ def progress_record(progress: Mapping[str, Any]) -> dict[str, Any]:
         "input_rows_per_second": progress.get("inputRowsPerSecond"),
         "processed_rows_per_second": progress.get("processedRowsPerSecond"),
         "batch_duration_ms": progress.get("batchDuration"),
+        # where the micro-batch's time went: planning, the batch itself (addBatch),
+        # the offsets' and commits' log writes, the source's offset lookups
+        "phases_ms": progress.get("durationMs") or {},
         "rows_dropped_by_watermark": sum(op["numRowsDroppedByWatermark"] for op in operators),
         # late_rows_total: added by ProgressPublisher, which keeps the count
         "state_rows": sum(op["numRowsTotal"] for op in operators),

@@ -74,7 +74,7 @@ from shared.platform.topic_admin import TopicSpec, create_topics
 from shared.settings import Settings
 
 SAMPLE_S = 10.0
-MICRO_BATCH_FIELDS = ("batch_id", "batch_duration_ms", "num_input_rows")
+MICRO_BATCH_FIELDS = ("batch_id", "batch_duration_ms", "phases_ms", "num_input_rows")
 """What a sample keeps of each query's latest progress report besides its state."""
 RECORDS_PER_ENTRY = 2.06
 PLATE_REVISIT = timedelta(minutes=10)
@@ -182,8 +182,9 @@ class ProgressFollower:
         self.consumer.subscribe(topics)
         self.latest: dict[str, dict[str, Any]] = {}
         self.durations: dict[str, list[tuple[float, float]]] = {}
-        self.batches: dict[str, list[tuple[float, float, int]]] = {}
-        """Per query, each micro-batch with input: (when seen, seconds, input rows)."""
+        self.batches: dict[str, list[tuple[float, float, int, dict[str, int]]]] = {}
+        """Per query, each micro-batch with input: (when seen, seconds, input rows, the
+        milliseconds of its phases)."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._follow, name="progress", daemon=True)
         self._thread.start()
@@ -204,6 +205,7 @@ class ProgressFollower:
                                 time.monotonic(),
                                 progress["batch_duration_ms"] / 1000,
                                 int(progress["num_input_rows"]),
+                                progress.get("phases_ms") or {},
                             )
                         )
 
@@ -468,7 +470,7 @@ class Soak:
             self.children.stop(api)
             results["microbatches"] = {
                 query: micro_batch_figures(
-                    [(d, n) for at, d, n in batches if window[0] <= at <= window[1]]
+                    [(d, n, ms) for at, d, n, ms in batches if window[0] <= at <= window[1]]
                 )
                 for query, batches in sorted(follower.batches.items())
             }
@@ -516,14 +518,20 @@ def _state_rows(sample: dict[str, Any]) -> float:
     return float(sum(op.get("rows") or 0 for ops in sample["state"].values() for op in ops))
 
 
-def micro_batch_figures(batches: list[tuple[float, int]]) -> dict[str, Any]:
-    """A query's micro-batches (seconds, input rows): how many, their time's p50 and p99,
-    and their input rows' p50."""
-    rows = [float(n) for _, n in batches]
+def micro_batch_figures(batches: list[tuple[float, int, dict[str, int]]]) -> dict[str, Any]:
+    """A query's micro-batches (seconds, input rows, Spark's ``durationMs``): how many,
+    their time's p50 and p99, their input rows' p50, and each phase's mean seconds (where
+    a micro-batch's time goes: planning, the batch itself, the logs' writes)."""
+    rows = [float(n) for _, n, _ in batches]
+    phases = sorted({name for _, _, ms in batches for name in ms} - {"triggerExecution"})
     return {
         "count": len(batches),
-        "seconds": _quantiles([d for d, _ in batches]),
+        "seconds": _quantiles([d for d, _, _ in batches]),
         "rows_p50": round(percentile(rows, 0.5)) if rows else None,
+        "phases_mean_s": {
+            name: round(_mean([ms.get(name, 0) / 1000 for _, _, ms in batches]), 3)
+            for name in phases
+        },
     }
 
 

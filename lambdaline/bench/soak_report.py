@@ -185,11 +185,13 @@ def soak_table(results: dict[str, Any]) -> list[str]:
         lines.append(_row("speed records written per event", results["speed_records_per_event"]))
     for query, figures in results.get("microbatches", {}).items():
         seconds = figures["seconds"]
+        slowest = sorted(figures.get("phases_mean_s", {}).items(), key=lambda kv: -kv[1])[:3]
+        phases = ", ".join(f"{name} {mean} s" for name, mean in slowest)
         lines.append(
             _row(
                 f"{query}: micro-batches, last {results['trend_window_s'] / 60:g} min",
                 f"{figures['count']}, p50 {seconds['p50']} s / p99 {seconds['p99']} s, "
-                f"{figures['rows_p50']} input rows (p50)",
+                f"{figures['rows_p50']} input rows (p50)" + (f"; mean {phases}" if phases else ""),
             )
         )
     return lines

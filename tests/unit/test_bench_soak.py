@@ -113,13 +113,22 @@ def test_the_highest_flat_rate_is_judged_on_each_phases_last_15_minutes() -> Non
 
 
 def test_micro_batch_figures_are_counts_quantiles_and_median_rows() -> None:
-    figures = micro_batch_figures([(1.0, 100), (2.0, 300), (3.0, 200)])
+    figures = micro_batch_figures(
+        [
+            (1.0, 100, {"addBatch": 600, "queryPlanning": 300, "triggerExecution": 1000}),
+            (2.0, 300, {"addBatch": 1500, "queryPlanning": 400, "triggerExecution": 2000}),
+            (3.0, 200, {"addBatch": 2700, "triggerExecution": 3000}),
+        ]
+    )
     assert figures["count"] == 3 and figures["rows_p50"] == 200
     assert figures["seconds"]["p50"] == 2.0 and 2.9 < figures["seconds"]["p99"] <= 3.0
+    # a phase a report leaves out took no time; the whole trigger is not a phase
+    assert figures["phases_mean_s"] == {"addBatch": 1.6, "queryPlanning": 0.233}
     assert micro_batch_figures([]) == {
         "count": 0,
         "seconds": {"p50": None, "p99": None},
         "rows_p50": None,
+        "phases_mean_s": {},
     }
 
 

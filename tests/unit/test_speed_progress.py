@@ -50,6 +50,7 @@ def test_the_record_holds_the_watermark_rates_late_rows_and_offsets_of_the_repor
         "input_rows_per_second": 10.0,
         "processed_rows_per_second": 22.7,
         "batch_duration_ms": 440,
+        "phases_ms": {"addBatch": 335, "queryPlanning": 19, "triggerExecution": 439},
         "rows_dropped_by_watermark": 3,
         "state_rows": 47,
         "state_operators": [
