@@ -123,8 +123,8 @@ def progress_record(progress: Mapping[str, Any]) -> dict[str, Any]:
         "input_rows_per_second": progress.get("inputRowsPerSecond"),
         "processed_rows_per_second": progress.get("processedRowsPerSecond"),
         "batch_duration_ms": progress.get("batchDuration"),
-        # where the micro-batch's time went: planning, the batch itself (addBatch),
-        # the offsets' and commits' log writes, the source's offset lookups
+        # where the micro-batch's time went (latestOffset, getBatch, queryPlanning,
+        # addBatch, walCommit, commitOffsets)
         "phases_ms": progress.get("durationMs") or {},
         "rows_dropped_by_watermark": sum(op["numRowsDroppedByWatermark"] for op in operators),
         # late_rows_total: added by ProgressPublisher, which keeps the count
@@ -241,9 +241,7 @@ class ProgressPublisher:
 
     def progressed(self, progress: dict[str, Any]) -> None:
         record = progress_record(progress)
-        # where the batch's time went (latestOffset, getBatch, queryPlanning,
-        # addBatch, walCommit, commitOffsets...): in the log only
-        log_event(logger, "micro_batch", **record, phases_ms=progress.get("durationMs", {}))
+        log_event(logger, "micro_batch", **record)
         query = record["query"] or "unnamed"
         total = self.late_rows_total.get(query, 0) + record["rows_dropped_by_watermark"]
         self.late_rows_total[query] = total

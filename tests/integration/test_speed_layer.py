@@ -88,6 +88,8 @@ def test_progress_is_published_per_query(drained: Settings, spark: SparkSession)
     stats = [p for p in progress if p["query"] == "speed.booths" and p["num_input_rows"] > 0]
     assert sum(p["num_input_rows"] for p in stats) == len(OneDay.ENTRIES) + len(OneDay.MALFORMED)
     assert stats[-1]["watermark"] is not None
+    # where each micro-batch's time went, as Spark times its phases
+    assert stats[-1]["phases_ms"]["addBatch"] <= stats[-1]["batch_duration_ms"]
     # the API compares them with its own window and max_trip (/v1/status)
     assert {json.dumps(p["view_settings"], sort_keys=True) for p in progress} == {
         '{"max_trip": "1h", "registration_lookback": "400d", "rolling_slide": "5m", '

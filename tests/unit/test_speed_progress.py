@@ -114,3 +114,27 @@ def test_the_late_row_totals_are_read_again_while_a_broker_is_down(monkeypatch: 
     failures.append(KafkaConnectionError("111 ECONNREFUSED"))
     with pytest.raises(KafkaConnectionError):
         progress.late_rows_reported(Settings())
+
+
+def test_a_micro_batch_is_logged_and_published_with_the_late_row_total_so_far(
+    monkeypatch: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The listener's path for each report: one log line, one ``speed.progress`` record
+    keyed by query, its ``late_rows_total`` going on from the job's earlier records."""
+    sent: list[tuple[str, bytes, dict[str, Any]]] = []
+
+    class Producer:
+        def send(self, topic: str, key: bytes, value: bytes) -> None:
+            sent.append((topic, key, json.loads(value)))
+
+    monkeypatch.setattr(progress, "kafka_producer", lambda *args, **kwargs: Producer())
+    publisher = progress.ProgressPublisher(Settings(), {"speed.booth_stats": 4})
+    with caplog.at_level("INFO", logger="lambdaline.speed"):
+        publisher.progressed(json.loads(REPORT))
+    [(topic, key, record)] = sent
+    assert (topic, key) == ("speed.progress", b"speed.booth_stats")
+    assert record["late_rows_total"] == 4 + 3
+    assert record["phases_ms"]["queryPlanning"] == 19
+    assert record["view_settings"] == Settings().views.labels
+    [logged] = [r.getMessage() for r in caplog.records if "micro_batch" in r.getMessage()]
+    assert '"batch_id": 3' in logged and '"addBatch": 335' in logged
