@@ -181,7 +181,6 @@ class ProgressFollower:
         )
         self.consumer.subscribe(topics)
         self.latest: dict[str, dict[str, Any]] = {}
-        self.durations: dict[str, list[tuple[float, float]]] = {}
         self.batches: dict[str, list[tuple[float, float, int, dict[str, int]]]] = {}
         """Per query, each micro-batch with input: (when seen, seconds, input rows, the
         milliseconds of its phases)."""
@@ -197,9 +196,6 @@ class ProgressFollower:
                     query = str(progress.get("query"))
                     self.latest[query] = progress
                     if progress.get("num_input_rows"):
-                        self.durations.setdefault(query, []).append(
-                            (time.monotonic(), progress["batch_duration_ms"] / 1000)
-                        )
                         self.batches.setdefault(query, []).append(
                             (
                                 time.monotonic(),
