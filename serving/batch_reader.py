@@ -17,10 +17,9 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Protocol, TypeVar
 
 import duckdb
 
@@ -47,13 +46,6 @@ class VersionRefusedError(Exception):
     def __init__(self, status: int, message: str):
         super().__init__(message)
         self.status = status
-
-
-class Closable(Protocol):
-    def close(self) -> None: ...
-
-
-C = TypeVar("C", bound=Closable)
 
 
 class BatchSnapshot:
@@ -87,7 +79,6 @@ class BatchSnapshot:
         self._users = 0
         self._retired = False
         self._lock = threading.Lock()
-        self._kept: dict[str, Closable] = {}
 
     def acquire(self) -> None:
         with self._lock:
@@ -107,22 +98,7 @@ class BatchSnapshot:
         if close:
             self._close()
 
-    def kept(self, name: str, make: Callable[[], C], valid: Callable[[C], bool]) -> C:
-        """Something built once for this version (e.g. the SQL sandbox), closed with it;
-        built again if ``valid`` says the one held is no longer usable."""
-        with self._lock:
-            held = self._kept.get(name)
-            if held is not None and valid(held):  # type: ignore[arg-type]
-                return held  # type: ignore[return-value]
-            made = make()
-            self._kept[name] = made
-        if held is not None:
-            held.close()
-        return made
-
     def _close(self) -> None:
-        for held in self._kept.values():
-            held.close()
         self.connection.close()
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
@@ -147,6 +123,8 @@ class BatchReader:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.error: str | None = None
+        self.published: int | None = None
+        """The version ``CURRENT`` named at the last poll (None: none, or not read yet)."""
 
     def refresh(self) -> None:
         """Open the version CURRENT names if it is not the one held."""
@@ -155,6 +133,7 @@ class BatchReader:
         except (OSError, ValueError, KeyError) as error:
             self._failed(f"cannot read {self.store / 'CURRENT'}: {error}")
             return
+        self.published = pointer.version if pointer is not None else None
         held = self._current
         if pointer is None or (held is not None and held.version == pointer):
             self.error = None  # e.g. rolled back to the version held after a bad pointer

@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 import uvicorn
 
+from serving.limits import BoundedHttpTools
 from serving.metrics import MULTIPROCESS_DIR
 from shared.platform.logs import configure_logging
 from shared.settings import get_settings
@@ -39,6 +40,7 @@ def serve(
         uvicorn.run(
             "serving.main:create_app", factory=True, host=host, port=port, workers=workers,
             log_level="info", timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+            http=BoundedHttpTools,  # the URL and header limits, while the head is parsed
         )  # fmt: skip
 
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -53,21 +54,43 @@ class BadTokenError(ValueError):
     """Text that is not a consistency token; the message says what is wrong."""
 
 
-def _offsets(document: object, name: str) -> dict[str, dict[int, int]]:
+PARTITION = re.compile(r"[0-9]{1,9}")
+"""A partition number as a token writes it: ASCII digits (``str.isdigit`` also takes
+"²"), short enough to be a partition."""
+
+MAX_OFFSET = 2**63 - 1
+"""Kafka's offsets are 64-bit signed."""
+
+
+def _offsets(document: object, name: str, room: list[int]) -> dict[str, dict[int, int]]:
+    """``room``: how many more partitions the token may name (counted down)."""
     if not isinstance(document, dict):
         raise BadTokenError(f"{name} must be an object of topics")
     offsets: dict[str, dict[int, int]] = {}
     for topic, partitions in document.items():
         if not isinstance(partitions, dict):
-            raise BadTokenError(f"{name}.{topic} must be an object of partitions")
+            raise BadTokenError(
+                f"{name}.{_short(topic, quoted=False)} must be an object of partitions"
+            )
+        room[0] -= len(partitions)
+        if room[0] < 0:
+            raise BadTokenError("names more partitions than serving_token_partitions allows")
         offsets[topic] = {}
+        where = f"{name}.{_short(topic, quoted=False)}"
         for partition, offset in partitions.items():
-            if not (isinstance(partition, str) and partition.isdigit()):
-                raise BadTokenError(f"{name}.{topic}: partition {partition!r} is not a number")
-            if type(offset) is not int or offset < 0:
-                raise BadTokenError(f"{name}.{topic}.{partition}: {offset!r} is not an offset")
+            if not PARTITION.fullmatch(partition):
+                raise BadTokenError(f"{where}: partition {_short(partition)} is not a number")
+            if type(offset) is not int or not 0 <= offset <= MAX_OFFSET:
+                raise BadTokenError(f"{where}.{partition}: {_short(offset)} is not an offset")
             offsets[topic][int(partition)] = offset
     return offsets
+
+
+def _short(value: object, quoted: bool = True) -> str:
+    """A value of a token as an error names it: at most 40 characters of its repr (of
+    its text, not ``quoted``)."""
+    text = repr(value) if quoted else str(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _document(offsets: Offsets) -> dict[str, dict[str, int]]:
@@ -96,30 +119,43 @@ class ConsistencyToken:
         return base64.urlsafe_b64encode(text.encode()).rstrip(b"=").decode("ascii")
 
     @classmethod
-    def decode(cls, token: str) -> ConsistencyToken:
-        """Raises :class:`BadTokenError` naming what is wrong."""
+    def decode(
+        cls, token: str, max_bytes: int = 8192, max_partitions: int = 1024
+    ) -> ConsistencyToken:
+        """Raises :class:`BadTokenError` naming what is wrong; a token longer than
+        ``max_bytes`` or naming more than ``max_partitions`` partitions is refused before
+        its parts are read."""
+        if len(token) > max_bytes:
+            raise BadTokenError(
+                f"{len(token)} characters; at most {max_bytes} are read (serving_token_bytes)"
+            )
         try:
             raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
             document = json.loads(raw)
-        except (binascii.Error, ValueError):
+        except (binascii.Error, ValueError, RecursionError):  # RecursionError: nested deep
             raise BadTokenError("not base64url of a JSON object") from None
         if not isinstance(document, dict):
             raise BadTokenError("not base64url of a JSON object")
         if document.get("v") != TOKEN_FORMAT:
-            raise BadTokenError(f"format {document.get('v')!r} is not {TOKEN_FORMAT}")
+            raise BadTokenError(f"format {_short(document.get('v'))} is not {TOKEN_FORMAT}")
         version = document.get("batch_version")
-        if version is not None and (type(version) is not int or version < 1):
-            raise BadTokenError(f"batch_version {version!r} is not a version number")
+        if version is not None and (type(version) is not int or not 1 <= version <= MAX_OFFSET):
+            raise BadTokenError(f"batch_version {_short(version)} is not a version number")
         horizon = document.get("horizon")
         try:
+            if horizon is not None and not isinstance(horizon, str):
+                raise ValueError(horizon)
             parsed = parse_instant(horizon) if horizon is not None else None
-        except (TypeError, ValueError):
-            raise BadTokenError(f"horizon {horizon!r} is not an ISO-8601 instant") from None
+        except (ValueError, OverflowError):  # OverflowError: before year 1 in UTC
+            raise BadTokenError(
+                f"horizon {_short(horizon)} is not an ISO-8601 instant of the years 1 to 9999"
+            ) from None
+        room = [max_partitions]
         return cls(
             batch_version=version,
             horizon=parsed,
-            speed=_offsets(document.get("speed", {}), "speed"),
-            input=_offsets(document.get("input", {}), "input"),
+            speed=_offsets(document.get("speed", {}), "speed", room),
+            input=_offsets(document.get("input", {}), "input", room),
         )
 
     def behind(self, wanted: ConsistencyToken) -> list[str]:

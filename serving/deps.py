@@ -24,6 +24,7 @@ from fastapi.security import APIKeyHeader
 
 from serving.batch_reader import BatchReader, BatchSnapshot, VersionRefusedError
 from serving.consistency import BadTokenError, ConsistencyToken
+from serving.limits import KeyRates, retry_after
 from serving.models import Conflict, Problem
 from serving.speed_consumer import SpeedConsumer
 from shared.platform.batch_store import BatchVersion
@@ -70,20 +71,39 @@ API_KEY_HEADER = APIKeyHeader(
 
 
 async def require_api_key(
-    settings: SettingsDep, x_api_key: Annotated[str | None, Security(API_KEY_HEADER)]
+    request: Request,
+    settings: SettingsDep,
+    x_api_key: Annotated[str | None, Security(API_KEY_HEADER)],
 ) -> None:
-    """Every /v1 route: the X-API-Key header must be one of the configured keys."""
+    """Every /v1 route: the X-API-Key header must be one of the configured keys, and the
+    key within its rate (``serving_rate_per_key``)."""
+    # compared as bytes: compare_digest refuses a str holding non-ASCII characters
     if x_api_key is None or not any(
-        secrets.compare_digest(x_api_key, key) for key in settings.serving.api_keys
+        secrets.compare_digest(x_api_key.encode(), key.encode())
+        for key in settings.serving.api_keys
     ):
         raise HTTPException(401, detail="missing or unknown X-API-Key")
+    rates: KeyRates = request.app.state.key_rates
+    if wait := rates.take(x_api_key):
+        raise HTTPException(
+            429, detail=f"this X-API-Key made more than {rates.rate:g} requests a second "
+            "(serving_rate_per_key)", headers=retry_after(wait),
+        )  # fmt: skip
+
+
+RETRY_AFTER = {"description": "seconds to wait", "schema": {"type": "integer"}}
 
 
 def keyed_router(prefix: str, tag: str, views: bool = False) -> APIRouter:
     """A router of /v1 routes: each needs the API key, and its OpenAPI says so (401);
     ``views``: routes that read the stores (:data:`StoresDep`), with its answers."""
     responses: dict[int | str, dict[str, Any]] = {
-        401: {"model": Problem, "description": "X-API-Key missing or unknown"}
+        401: {"model": Problem, "description": "X-API-Key missing or unknown"},
+        429: {
+            "model": Problem,
+            "description": "the key made more than `serving_rate_per_key` requests a second",
+            "headers": {"Retry-After": RETRY_AFTER},
+        },
     }
     if views:
         responses |= {
@@ -100,11 +120,17 @@ def keyed_router(prefix: str, tag: str, views: bool = False) -> APIRouter:
     )
 
 
-def invalid_query(name: str, value: Any, message: str) -> RequestValidationError:
+def invalid_input(where: str, name: str, value: Any, message: str) -> RequestValidationError:
     """A 422 of the same shape as FastAPI's own (the one /docs documents): one list of
-    ``{type, loc, msg, input}``, whether pydantic or a rule of ours found the fault."""
-    error = {"type": "value_error", "loc": ("query", name), "msg": message, "input": value}
+    ``{type, loc, msg, input}``, whether pydantic or a rule of ours found the fault;
+    ``where``: ``query`` or ``header``."""
+    error = {"type": "value_error", "loc": (where, name), "msg": message, "input": value}
     return RequestValidationError([error])
+
+
+def invalid_query(name: str, value: Any, message: str) -> RequestValidationError:
+    """A 422 naming the query parameter ``name``."""
+    return invalid_input("query", name, value, message)
 
 
 @dataclass(frozen=True)
@@ -275,7 +301,9 @@ async def view_stores(
     """The stores a view request reads, after waiting for ``after``."""  # fmt: skip
     if after is not None:
         try:
-            wanted = ConsistencyToken.decode(after)
+            wanted = ConsistencyToken.decode(
+                after, settings.serving.token_bytes, settings.serving.token_partitions
+            )
         except BadTokenError as error:
             raise invalid_query("after", after, f"not a consistency token: {error}") from None
         await _materialised(wanted, reader, consumer, settings.serving.after_wait)

@@ -24,6 +24,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from serving.batch_reader import BatchReader
 from serving.deps import ConflictError
+from serving.limits import KeyRates, RequestLimits
 from serving.metrics import (
     LatencyMiddleware,
     Metrics,
@@ -93,8 +94,6 @@ def create_app(
             if consumer is not None:
                 consumer.stop()
             reader.stop()
-            if (sandbox := getattr(app.state, "sql_sandbox", None)) is not None:
-                sandbox.close()  # the one of no batch version; a version's closes with it
             process_stopped()
 
     # /docs and /redoc with their scripts served by the app itself: FastAPI's own
@@ -107,12 +106,15 @@ def create_app(
     )
     build_stack = app.build_middleware_stack  # outside Starlette's own error handling,
     # whose `send` is its own: uvicorn's must be reached
-    app.build_middleware_stack = lambda: AbortableConnections(build_stack())  # type: ignore[method-assign]
+    app.build_middleware_stack = lambda: AbortableConnections(  # type: ignore[method-assign]
+        RequestLimits(build_stack(), settings.serving)
+    )
     app.state.settings = settings
     app.state.batch_reader = reader
     app.state.speed_tables = tables
     app.state.speed_consumer = consumer
     app.state.metrics = Metrics()
+    app.state.key_rates = KeyRates(settings.serving.rate_per_key)
     app.state.stream_hub = hub
     hub.on_drop = app.state.metrics.stream_dropped.inc
     app.add_middleware(LatencyMiddleware, metrics=app.state.metrics)

@@ -174,6 +174,10 @@ class SpeedConsumer:
                 for number in range(facts[topic].partitions)
             ]
             consumer.assign(partitions)
+            if self.hub is not None:  # a resumed stream keeps only partitions these have
+                self.hub.partitions = {
+                    view: facts[topic].partitions for topic, view in self.views_by_topic.items()
+                }
             for partition in partitions:  # after a lost connection, on from where it was
                 if partition in self._positions:
                     consumer.seek(partition, self._positions[partition])

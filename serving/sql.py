@@ -1,14 +1,22 @@
 """Read-only SQL over the merged views (``POST /v1/sql``), in a sandboxed DuckDB.
 
 Every view is a DuckDB view of the rows its endpoints return: the batch
-version's rows below the horizon H (attached read-only as ``batch``) and the
-speed store's rows from H on, each with ``final`` and ``source``, by the same
-merge rule (``serving.queries.side_sql`` and ``final_sql``). Only the views
-the query names get the speed store's rows copied in (as Arrow tables, per
-query); the others get an empty table of the same shape.
+version's rows below the horizon H (attached read-only) and the speed store's
+rows from H on, each with ``final`` and ``source``, by the same merge rule
+(``serving.queries.side_sql`` and ``final_sql``). Only the views the query
+names get the speed store's rows copied in (as Arrow tables, per query); the
+others get an empty table of the same shape.
 
-The sandbox is a DuckDB database of its own, built once per batch version
-(:meth:`serving.batch_reader.BatchSnapshot.kept`):
+A query reads the six views and nothing else (:func:`check_query`, which
+:meth:`SqlSandbox.run` applies itself): no table of the batch version (its
+dead letters hold raw input), no registered speed table, no catalog
+(``information_schema``, ``duckdb_tables()``, ``SHOW TABLES``), no table
+function but ``range``, ``generate_series`` and ``unnest``. DuckDB's own
+parser says what the query names (``json_serialize_sql``), so a name inside a
+subquery, a CTE or a ``DESCRIBE`` is seen as well.
+
+Each query gets a DuckDB database of its own (:meth:`SqlSandbox.connect`),
+closed after it, so nothing one query creates is seen by another:
 
 - ``memory_limit`` and ``threads`` set, and no temporary directory: a query
   that needs more memory fails instead of spilling to disk;
@@ -19,11 +27,11 @@ The sandbox is a DuckDB database of its own, built once per batch version
   extension, no network, no ``ATTACH``/``COPY``/``read_csv``;
 - ``lock_configuration`` on: no ``SET``/``PRAGMA`` can undo any of it.
 
-Each query runs on a cursor of its own (its views are temporary, the
-cursor's) and is interrupted after ``sql_timeout``. The endpoint refuses,
-before anything runs, what is not a single ``SELECT`` (:func:`check_read_only`);
-the sandbox holds without that check, and drops itself if a query detached
-the batch version (:meth:`SqlSandbox.intact`).
+A query is interrupted after ``sql_timeout``. Its answer is fetched a few rows
+at a time and encoded to JSON in the same worker thread, against two budgets:
+``sql_rows`` rows and ``sql_answer_mb`` bytes; past either it ends, with
+``truncated``. DuckDB's error text is passed on with the host's paths taken
+out.
 """
 
 from __future__ import annotations
@@ -32,7 +40,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
@@ -45,7 +53,7 @@ import pyarrow as pa
 from serving.queries import final_sql, side_sql
 from shared.domain.events import format_instant
 from shared.domain.merge import Source
-from shared.domain.view_specs import VIEWS, ViewSpec
+from shared.domain.view_specs import VIEW_NAMES, VIEWS, ViewSpec
 from shared.platform.speed_tables import SpeedTables
 
 BATCH_ALIAS = "batch"
@@ -56,10 +64,22 @@ class SqlRefusedError(ValueError):
     """A query refused, before or while it ran: the message says why (answered 400)."""
 
 
-def check_read_only(query: str) -> None:
-    """Raise SqlRefusedError unless ``query`` is a single ``SELECT`` (DuckDB's parser says)."""
+TABLE_FUNCTIONS = frozenset({"range", "generate_series", "unnest"})
+"""The table functions a query may call: they read nothing but their arguments."""
+
+SHOWN = frozenset({"DESCRIBE", "SUMMARY"})
+"""``DESCRIBE`` and ``SUMMARIZE`` of what a query may read; ``SHOW TABLES`` and the like
+list the catalog, and are refused."""
+
+JOINING_REFS = frozenset({"JOIN", "SUBQUERY", "EXPRESSION_LIST", "EMPTY", "PIVOT"})
+"""Parts of a FROM clause that read nothing by themselves (what they hold is checked)."""
+
+
+def check_query(connection: duckdb.DuckDBPyConnection, query: str) -> None:
+    """Raise SqlRefusedError unless ``query`` is a single ``SELECT`` that reads only the
+    views (DuckDB's parser says, on ``connection``)."""
     try:
-        statements = duckdb.extract_statements(query)
+        statements = connection.extract_statements(query)
     except duckdb.Error as error:
         raise SqlRefusedError(str(error)) from None
     if len(statements) != 1:
@@ -67,9 +87,71 @@ def check_read_only(query: str) -> None:
     kind = statements[0].type
     if kind is not duckdb.StatementType.SELECT:
         raise SqlRefusedError(
-            f"only a read-only query (SELECT, FROM, WITH, DESCRIBE, SUMMARIZE, SHOW) runs "
+            f"only a read-only query (SELECT, FROM, WITH, DESCRIBE, SUMMARIZE) runs "
             f"here; this is {kind.name}"
         )
+    [(text,)] = connection.execute("SELECT json_serialize_sql(?)", [query]).fetchall()
+    try:
+        tree = json.loads(text)
+        defined = set(_cte_names(tree))
+        refs = list(_table_refs(tree))
+    except RecursionError:
+        raise SqlRefusedError("nested too deep for this endpoint") from None
+    if tree.get("error"):
+        raise SqlRefusedError(f"only a plain SELECT runs here: {tree.get('error_message')}")
+    for ref in refs:
+        if (why := _refused(ref, defined)) is not None:
+            raise SqlRefusedError(f"{why}; a query reads the views {', '.join(VIEW_NAMES)}")
+
+
+def _nodes(tree: Any) -> Iterator[dict[str, Any]]:
+    """Every object of a parsed query, at any depth (a stack, not recursion: a deep
+    tree must not exhaust Python's)."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            yield node
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+
+
+def _cte_names(tree: dict[str, Any]) -> Iterator[str]:
+    for node in _nodes(tree):
+        for entry in (node.get("cte_map") or {}).get("map", []):
+            yield str(entry["key"]).lower()
+
+
+def _table_refs(tree: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every part of a FROM clause, at any depth (a table reference has an ``alias`` and
+    a ``sample``; an expression has a ``class``, a query node ``modifiers``)."""
+    for node in _nodes(tree):
+        if {"type", "alias", "sample"} <= node.keys() and not {"class", "modifiers"} & node.keys():
+            yield node
+
+
+def _refused(ref: dict[str, Any], defined: set[str]) -> str | None:
+    kind = ref["type"]
+    if kind == "BASE_TABLE":
+        name = str(ref.get("table_name", ""))
+        if ref.get("schema_name") or ref.get("catalog_name"):
+            qualified = ".".join(ref.get("qualified_name", {}).get("path", [name]))
+            return f"{qualified} is not a view"
+        if name.lower() not in set(VIEW_NAMES) | defined:
+            return f"{name} is not a view"
+        return None
+    if kind == "TABLE_FUNCTION":
+        function = ref.get("function", {})
+        name = str(function.get("function_name", ""))
+        if function.get("schema") or function.get("catalog") or name not in TABLE_FUNCTIONS:
+            return f"the table function {name} is not one of {', '.join(sorted(TABLE_FUNCTIONS))}"
+        return None
+    if kind == "SHOW_REF":
+        return None if ref.get("show_type") in SHOWN else "SHOW lists the catalog"
+    if kind in JOINING_REFS:
+        return None
+    return f"a {kind} reference"
 
 
 def _literal(value: Any) -> str:
@@ -128,22 +210,38 @@ def mentioned(query: str) -> set[str]:
 
 
 @dataclass(frozen=True)
-class SqlAnswer:
-    columns: list[tuple[str, str]]
-    """Each column's name and DuckDB type."""
-    rows: list[tuple[Any, ...]]
-    truncated: bool
+class SqlLimits:
+    """What one query may take (settings ``serving_sql_*``)."""
+
+    rows: int
+    answer_bytes: int
+    timeout: timedelta
+    memory_mb: int
+
+
+FIRST_FETCH = 16
+"""Rows of a query's first fetch; later fetches take as many as the byte budget left
+holds at the rows' mean size (at most :data:`MOST_FETCHED`), so that a few very large
+values are never fetched many at a time."""
+MOST_FETCHED = 2048
 
 
 class SqlSandbox:
-    """A locked-down DuckDB database with one batch version attached read-only (or none)."""
+    """Runs queries over the views of one batch version (or none) and the speed store,
+    each in a locked-down DuckDB database of its own."""
 
     def __init__(self, batch_file: Path | None, memory_mb: int, threads: int = 1):
         self.batch_file = batch_file
-        self.connection = duckdb.connect(
+        self.memory_mb = memory_mb
+        self.threads = threads
+
+    def connect(self) -> duckdb.DuckDBPyConnection:
+        """A new locked-down database with the batch version attached read-only and
+        nothing else defined: what a query would meet if every check were bypassed."""
+        connection = duckdb.connect(
             config={
-                "threads": threads,
-                "memory_limit": f"{memory_mb}MB",
+                "threads": self.threads,
+                "memory_limit": f"{self.memory_mb}MB",
                 "temp_directory": "",
                 "python_enable_replacements": False,
                 "autoinstall_known_extensions": False,
@@ -151,101 +249,119 @@ class SqlSandbox:
             }
         )
         try:
-            if batch_file is not None:
-                path = str(batch_file).replace("'", "''")
-                self.connection.execute(f"ATTACH '{path}' AS {BATCH_ALIAS} (READ_ONLY)")
-            self.connection.execute("SET enable_external_access = false")
-            self.connection.execute("SET lock_configuration = true")
+            if self.batch_file is not None:
+                path = str(self.batch_file).replace("'", "''")
+                connection.execute(f"ATTACH '{path}' AS {BATCH_ALIAS} (READ_ONLY)")
+            connection.execute("SET enable_external_access = false")
+            connection.execute("SET lock_configuration = true")
         except BaseException:
-            self.connection.close()
+            connection.close()
             raise
-        self._lock = threading.Lock()
-        self._closed = False
+        return connection
 
-    def cursor(self) -> duckdb.DuckDBPyConnection:
-        """A cursor of the sandbox with nothing defined: what a query sees if every check
-        before it is bypassed."""
-        return self.connection.cursor()
-
-    def intact(self) -> bool:
-        """True while the batch version is still attached (a ``DETACH`` that got past the
-        endpoint's check would leave every later query without it)."""
-        if self.batch_file is None:
-            return True
-        cursor = self.connection.cursor()
-        try:
-            names = {name for (name,) in cursor.execute(
-                "SELECT database_name FROM duckdb_databases()"
-            ).fetchall()}  # fmt: skip
-        finally:
-            cursor.close()
-        return BATCH_ALIAS in names
-
-    def views_cursor(
-        self, speed: SpeedTables, horizon: datetime | None, query: str
-    ) -> duckdb.DuckDBPyConnection:
-        """A cursor holding every view as a temporary view of the merged rows."""
-        cursor = self.connection.cursor()
-        try:
-            wanted = mentioned(query)
-            for view in VIEWS:
-                speed_table = f"speed_{view.name}"
-                cursor.register(
-                    speed_table, speed_side(speed, view, horizon, empty=view.name not in wanted)
+    def define_views(
+        self,
+        connection: duckdb.DuckDBPyConnection,
+        speed: SpeedTables,
+        horizon: datetime | None,
+        query: str,
+    ) -> None:
+        """Every view as a temporary view of the merged rows (speed rows only for the views
+        ``query`` names)."""
+        wanted = mentioned(query)
+        for view in VIEWS:
+            speed_table = f"speed_{view.name}"
+            connection.register(
+                speed_table, speed_side(speed, view, horizon, empty=view.name not in wanted)
+            )
+            text = f'SELECT * FROM "{speed_table}"'
+            if self.batch_file is not None:
+                batch, params = _side_select(
+                    view, Source.BATCH, horizon, None, f'{BATCH_ALIAS}."{view.name}"'
                 )
-                text = f'SELECT * FROM "{speed_table}"'
-                if self.batch_file is not None:
-                    batch, params = _side_select(
-                        view, Source.BATCH, horizon, None, f'{BATCH_ALIAS}."{view.name}"'
-                    )
-                    text = f"{_inlined(batch, params)} UNION ALL {text}"
-                cursor.execute(f'CREATE TEMP VIEW "{view.name}" AS {text}')
-        except BaseException:
-            cursor.close()
-            raise
-        return cursor
+                text = f"{_inlined(batch, params)} UNION ALL {text}"
+            connection.execute(f'CREATE TEMP VIEW "{view.name}" AS {text}')
 
     def run(
         self,
-        cursor: duckdb.DuckDBPyConnection,
         query: str,
-        rows: int,
-        timeout: timedelta,
-    ) -> SqlAnswer:
-        """Run ``query`` on ``cursor`` (closed after), at most ``rows`` rows, interrupted
-        after ``timeout``. Raises SqlRefusedError with DuckDB's message if it fails."""
+        speed: SpeedTables,
+        horizon: datetime | None,
+        limits: SqlLimits,
+        head: dict[str, Any],
+    ) -> bytes:
+        """The answer to ``query`` as JSON: ``{...head, columns, rows, truncated}``.
+        Raises SqlRefusedError (with DuckDB's message, paths taken out) if the query is
+        not one SELECT of the views, fails, or is still running after ``limits.timeout``.
+        Blocking: run it in a thread."""
+        connection = self.connect()
         interrupted = threading.Event()
 
         def interrupt() -> None:
             interrupted.set()
-            cursor.interrupt()
+            connection.interrupt()
 
-        timer = threading.Timer(timeout.total_seconds(), interrupt)
-        timer.start()
+        timer = threading.Timer(limits.timeout.total_seconds(), interrupt)
         started = time.monotonic()
+        timer.start()
         try:
-            result = cursor.execute(query)
+            check_query(connection, query)
+            self.define_views(connection, speed, horizon, query)
+            result = connection.execute(query)
             if result.description is None:
                 raise SqlRefusedError("the statement returned no rows to answer with")
-            columns = [(name, str(kind)) for name, kind, *_ in result.description]
-            fetched = result.fetchmany(rows + 1)
+            columns = [{"name": name, "type": str(kind)} for name, kind, *_ in result.description]
+            rows, truncated = _encoded_rows(result, limits)
         except duckdb.Error as error:
             if interrupted.is_set():
                 raise SqlRefusedError(
                     f"interrupted after {time.monotonic() - started:.1f} s: the limit is "
-                    f"{timeout.total_seconds():g} s (the sql_timeout setting)"
+                    f"{limits.timeout.total_seconds():g} s (the sql_timeout setting)"
                 ) from None
-            raise SqlRefusedError(f"{type(error).__name__}: {error}") from None
+            raise SqlRefusedError(
+                f"{type(error).__name__}: {self.without_paths(str(error))}"
+            ) from None
         finally:
             timer.cancel()
-            cursor.close()
-        return SqlAnswer(columns, fetched[:rows], len(fetched) > rows)
+            connection.close()
+        return b"".join([
+            json.dumps({**head, "columns": columns}, separators=(",", ":"))[:-1].encode(),
+            b',"rows":[', b",".join(rows), b'],"truncated":',
+            b"true" if truncated else b"false", b"}",
+        ])  # fmt: skip
 
-    def close(self) -> None:
-        with self._lock:
-            if not self._closed:
-                self._closed = True
-                self.connection.close()
+    def without_paths(self, message: str) -> str:
+        """DuckDB's message with the batch version's path and any other absolute path of
+        this host replaced (a client learns nothing of the server's disk)."""
+        if self.batch_file is not None:
+            message = message.replace(str(self.batch_file), "<batch version>")
+        return ABSOLUTE_PATH.sub("<path>", message)
+
+
+ABSOLUTE_PATH = re.compile(r"(?<![\w.:/])/(?:[\w.@+-]+/)*[\w.@+-]+")
+"""A path such as ``/home/user/.lambdaline/batch/v7.duckdb`` (not ``a/b`` nor a URL's)."""
+
+
+def _encoded_rows(result: duckdb.DuckDBPyConnection, limits: SqlLimits) -> tuple[list[bytes], bool]:
+    """The result's rows, each encoded as a JSON array, until ``limits.rows`` rows or
+    ``limits.answer_bytes`` bytes; True if there were more."""
+    rows: list[bytes] = []
+    used = 0
+    fetch = FIRST_FETCH
+    while True:
+        fetched = result.fetchmany(min(fetch, limits.rows + 1 - len(rows)))
+        if not fetched:
+            return rows, False
+        for row in fetched:
+            encoded = json.dumps(
+                [_finite(value) for value in row], separators=(",", ":"), default=_json_value
+            ).encode()
+            if len(rows) == limits.rows or used + len(encoded) + 1 > limits.answer_bytes:
+                return rows, True
+            rows.append(encoded)
+            used += len(encoded) + 1
+        mean = max(1, used // max(1, len(rows)))
+        fetch = max(1, min(MOST_FETCHED, (limits.answer_bytes - used) // mean))
 
 
 def _json_value(value: Any) -> Any:
@@ -269,14 +385,3 @@ def _finite(value: Any) -> Any:
     if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
         return None
     return value
-
-
-def encode_answer(answer: SqlAnswer, head: dict[str, Any]) -> bytes:
-    """``{...head, "columns": [...], "rows": [[...]], "truncated": ...}`` as JSON."""
-    body = {
-        **head,
-        "columns": [{"name": name, "type": kind} for name, kind in answer.columns],
-        "rows": [[_finite(value) for value in row] for row in answer.rows],
-        "truncated": answer.truncated,
-    }
-    return json.dumps(body, separators=(",", ":"), default=_json_value).encode()

@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -99,18 +100,30 @@ def encode_id(positions: dict[Partition, int]) -> str:
     )
 
 
-def decode_id(text: str) -> dict[Partition, int] | None:
-    """A ``Last-Event-ID`` as positions; None if it is not one of ours."""
+class BadEventIdError(ValueError):
+    """A ``Last-Event-ID`` that is not one of this stream's ids; the message says why."""
+
+
+EVENT_ID_PART = re.compile(r"([a-z_]+)\.([0-9]{1,9}):([0-9]{1,19})")
+"""One partition of an id: ``<view>.<partition>:<next offset>``, ASCII digits."""
+
+
+def decode_id(text: str, max_partitions: int) -> dict[Partition, int]:
+    """A ``Last-Event-ID`` as positions; raises :class:`BadEventIdError` if it is not one
+    of ours or names more than ``max_partitions`` partitions."""
+    parts = [part for part in text.split(",") if part]
+    if len(parts) > max_partitions:
+        raise BadEventIdError(
+            f"names {len(parts)} partitions; at most {max_partitions} are read "
+            "(serving_token_partitions)"
+        )
     positions: dict[Partition, int] = {}
-    try:
-        for part in filter(None, text.split(",")):
-            where, offset = part.rsplit(":", 1)
-            view, number = where.rsplit(".", 1)
-            if view not in VIEW_BY_NAME or int(offset) < 0:
-                return None
-            positions[(view, int(number))] = int(offset)
-    except ValueError:
-        return None
+    for part in parts:
+        found = EVENT_ID_PART.fullmatch(part)
+        if found is None or found.group(1) not in VIEW_BY_NAME:
+            shown = part if len(part) <= 40 else part[:37] + "..."
+            raise BadEventIdError(f"{shown!r} is not <view>.<partition>:<offset>")
+        positions[(found.group(1), int(found.group(2)))] = int(found.group(3))
     return positions
 
 
@@ -178,6 +191,8 @@ class StreamHub:
         """Per partition, the offset after the newest row no longer in the log."""
         self.positions: dict[Partition, int] = {}
         """Per partition, the offset after the newest row logged."""
+        self.partitions: dict[str, int] = {}
+        """Per view, the partitions of its speed topic (the consumer says, once it knows)."""
         self.clients: set[Client] = set()
         self.horizon: datetime | None = None
         """The served horizon (zone-less UTC): rows below it are not sent."""
@@ -304,33 +319,53 @@ class StreamHub:
         return out
 
     def subscribe(
-        self, views: frozenset[str], last_event_id: str | None, greeting: Iterable[Event] = ()
+        self,
+        views: frozenset[str],
+        resume: dict[Partition, int] | None,
+        greeting: Iterable[Event] = (),
     ) -> Client:
-        """On the event loop: a client of ``views``, from ``last_event_id`` if given and still
-        in the log (else a ``reset`` first), else from now on; ``greeting``: events it gets
-        before any row (the horizon and watermark as they are)."""
+        """On the event loop: a client of ``views``, from ``resume`` (a decoded
+        ``Last-Event-ID``) if given and still in the log (else a ``reset`` first), else
+        from now on; ``greeting``: events it gets before any row (the horizon and
+        watermark as they are)."""
         with self._lock:
             now = {p: o for p, o in self.positions.items() if p[0] in views}
             client = Client(views, cursor=self.next_seq, since=self.next_seq, positions=now)
-            resume = decode_id(last_event_id) if last_event_id else None
-            if last_event_id and (
-                resume is None
-                or any(
-                    resume.get(where, 0) < evicted
-                    for where, evicted in self._evicted.items()
-                    if where[0] in views
-                )
+            if resume is not None and any(
+                resume.get(where, 0) < evicted
+                for where, evicted in self._evicted.items()
+                if where[0] in views
             ):
-                why = "not an id of this stream" if resume is None else "older than the buffer"
-                reason = json.dumps({"reason": f"Last-Event-ID {why}"})
+                reason = json.dumps({"reason": "Last-Event-ID older than the buffer"})
                 client.first.append(wire(Event(RESET, reason), ""))
             elif resume is not None:
-                client.positions = {p: o for p, o in resume.items() if p[0] in views}
-                client.cursor = self._base  # the whole log: rows it has are skipped
+                # only partitions the speed topics have: an id cannot make every event's
+                # id longer than the partitions the stream has
+                known = self.positions.keys() | self._evicted.keys()
+                client.positions = {
+                    (view, number): offset
+                    for (view, number), offset in resume.items()
+                    if view in views
+                    and ((view, number) in known or number < self.partitions.get(view, 0))
+                }
+                client.cursor = self._first_unread(client)
                 client.along = False
             client.first += [wire(event, None) for event in greeting]
             self.clients.add(client)
         return client
+
+    def _first_unread(self, client: Client) -> int:
+        """The sequence number of the first row of the log ``client`` does not have (its
+        real place: it is behind by what it has still to read, not by the whole log)."""
+        for n, event in enumerate(self._log):
+            if (
+                event.kind == ROW
+                and event.view in client.views
+                and event.offset is not None
+                and event.offset >= client.positions.get((event.view, event.partition or 0), 0)
+            ):
+                return self._base + n
+        return self.next_seq
 
     def unsubscribe(self, client: Client) -> None:
         self.clients.discard(client)

@@ -592,6 +592,42 @@ class ServingSettings(SettingsGroup):
         timedelta(seconds=15), description="how often `GET /v1/stream` sends a `heartbeat` "
         "event (the speed layer's status)",
     )  # fmt: skip
+    stream_clients: int = Field(
+        500, ge=1, description="per API worker: most `GET /v1/stream` clients at once (one "
+        "more gets 503)",
+    )  # fmt: skip
+    sql_concurrency: int = Field(
+        4, ge=1, description="per API worker: most `POST /v1/sql` queries running at once "
+        "(one more gets 429 with Retry-After)",
+    )  # fmt: skip
+    sql_answer_mb: int = Field(
+        16, ge=1, description="most megabytes of rows a `POST /v1/sql` answer holds (its "
+        "`truncated` says if there were more)",
+    )  # fmt: skip
+    rate_per_key: float = Field(
+        1000.0, gt=0, description="per API worker: requests a second each X-API-Key may make "
+        "(bursts of one second's worth; more get 429 with Retry-After)",
+    )  # fmt: skip
+    max_body_bytes: int = Field(
+        1_048_576, ge=1024, description="most bytes of a request body (a larger one gets "
+        "413 before it is read)",
+    )  # fmt: skip
+    max_url_bytes: int = Field(
+        16384, ge=256, description="most bytes of a request's path and query (a longer one "
+        "gets 414)",
+    )  # fmt: skip
+    max_header_bytes: int = Field(
+        32768, ge=1024, description="most bytes of a request's headers together (more get "
+        "431)",
+    )  # fmt: skip
+    token_bytes: int = Field(
+        8192, ge=256, description="most bytes of an `after=` consistency token or a "
+        "`Last-Event-ID` (a longer one gets 422)",
+    )  # fmt: skip
+    token_partitions: int = Field(
+        1024, ge=1, description="most partitions an `after=` token or a `Last-Event-ID` names "
+        "(more get 422)",
+    )  # fmt: skip
 
 
 class DemoSettings(SettingsGroup):

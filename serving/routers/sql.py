@@ -2,58 +2,49 @@
 
 from __future__ import annotations
 
-import threading
-from typing import Any
+import asyncio
 
 from fastapi import HTTPException, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from serving.batch_reader import BatchSnapshot
-from serving.deps import SettingsDep, SpeedConsumerDep, SpeedDep, keyed_router, worker_token
+from serving.deps import (
+    RETRY_AFTER,
+    SettingsDep,
+    SpeedConsumerDep,
+    SpeedDep,
+    keyed_router,
+    worker_token,
+)
+from serving.limits import retry_after
 from serving.models import Problem, SqlRequest, SqlResponse
 from serving.responses import wire_instant
-from serving.sql import SqlAnswer, SqlRefusedError, SqlSandbox, check_read_only, encode_answer
-from shared.platform.speed_tables import SpeedTables
-from shared.settings import Settings
+from serving.sql import SqlLimits, SqlRefusedError, SqlSandbox
 
 router = keyed_router("/v1", "sql")
 
 
-def _sandbox(app_state: Any, batch: BatchSnapshot | None, settings: Settings) -> SqlSandbox:
-    """The sandbox of the batch version ``batch`` (built on first use, closed with it), or
-    the app's sandbox of none."""
-    memory = settings.serving.sql_memory_mb
-
-    def make() -> SqlSandbox:
-        return SqlSandbox(batch.path if batch is not None else None, memory)
-
-    if batch is not None:
-        return batch.kept("sql", make, SqlSandbox.intact)
-    with _NO_VERSION_LOCK:
-        held: SqlSandbox | None = getattr(app_state, "sql_sandbox", None)
-        if held is None:
-            held = app_state.sql_sandbox = make()
-    return held
-
-
-_NO_VERSION_LOCK = threading.Lock()
-
-
-def _answer(
-    app_state: Any, speed: SpeedTables, batch: BatchSnapshot | None, query: str,
-    settings: Settings,
-) -> SqlAnswer:  # fmt: skip
-    """Build (or reuse) the sandbox, define the views, run the query: all blocking."""
-    box = _sandbox(app_state, batch, settings)
-    horizon = batch.version.horizon if batch is not None else None
-    cursor = box.views_cursor(speed, horizon, query)
-    return box.run(cursor, query, settings.serving.sql_rows, settings.serving.sql_timeout)
+def _slots(request: Request, most: int) -> asyncio.Semaphore:
+    """The worker's count of queries running (``serving_sql_concurrency``)."""
+    state = request.app.state
+    slots: asyncio.Semaphore | None = getattr(state, "sql_slots", None)
+    if slots is None:
+        slots = state.sql_slots = asyncio.Semaphore(most)
+    return slots
 
 
 @router.post(
     "/sql",
     response_model=SqlResponse,
-    responses={400: {"model": Problem, "description": "not one SELECT, or DuckDB's error"}},
+    responses={
+        400: {"model": Problem, "description": "not one SELECT of the views, or DuckDB's error"},
+        413: {"model": Problem, "description": "the body is over `serving_max_body_bytes`"},
+        429: {
+            "model": Problem,
+            "description": "`serving_sql_concurrency` queries already run on this worker, "
+            "or the key is over `serving_rate_per_key`",
+            "headers": {"Retry-After": RETRY_AFTER},
+        },
+    },
 )
 async def sql(
     body: SqlRequest,
@@ -63,27 +54,34 @@ async def sql(
     consumer: SpeedConsumerDep,
 ) -> Response:
     """Run one read-only query over the merged views, in a sandbox with no file, network,
-    extension or setting within reach; at most `sql_rows` rows, interrupted after
-    `sql_timeout`."""
-    try:
-        check_read_only(body.query)
-    except SqlRefusedError as error:
-        raise HTTPException(400, detail=str(error)) from None
-    reader = request.app.state.batch_reader
-    with reader.snapshot() as batch:
-        token = worker_token(batch.version if batch is not None else None, consumer).encode()
-        watermark = speed.watermark
-        try:
-            answer = await run_in_threadpool(
-                _answer, request.app.state, speed, batch, body.query, settings
-            )
-        except SqlRefusedError as error:
-            raise HTTPException(400, detail=str(error)) from None
-        horizon = batch.version.horizon if batch is not None else None
-    head = {
-        "horizon": wire_instant(horizon) if horizon else None,
-        "batch_version": batch.version.version if batch is not None else None,
-        "speed_watermark": wire_instant(watermark) if watermark else None,
-        "consistency": token,
-    }
-    return Response(encode_answer(answer, head), media_type="application/json")
+    extension, setting or other table within reach; at most `sql_rows` rows and
+    `sql_answer_mb` megabytes, interrupted after `sql_timeout`."""
+    serving = settings.serving
+    slots = _slots(request, serving.sql_concurrency)
+    if slots.locked():  # checked and taken with no await between: no other request in between
+        raise HTTPException(
+            429, detail=f"{serving.sql_concurrency} queries already run on this worker "
+            "(serving_sql_concurrency)", headers=retry_after(1),
+        )  # fmt: skip
+    limits = SqlLimits(
+        rows=serving.sql_rows, answer_bytes=serving.sql_answer_mb * 2**20,
+        timeout=serving.sql_timeout, memory_mb=serving.sql_memory_mb,
+    )  # fmt: skip
+    async with slots:
+        with request.app.state.batch_reader.snapshot() as batch:
+            horizon = batch.version.horizon if batch is not None else None
+            watermark = speed.watermark
+            head = {
+                "horizon": wire_instant(horizon) if horizon else None,
+                "batch_version": batch.version.version if batch is not None else None,
+                "speed_watermark": wire_instant(watermark) if watermark else None,
+                "consistency": worker_token(batch.version if batch else None, consumer).encode(),
+            }
+            sandbox = SqlSandbox(batch.path if batch is not None else None, limits.memory_mb)
+            try:
+                answer = await run_in_threadpool(
+                    sandbox.run, body.query, speed, horizon, limits, head
+                )
+            except SqlRefusedError as error:
+                raise HTTPException(400, detail=str(error)) from None
+    return Response(answer, media_type="application/json")

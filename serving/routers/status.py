@@ -16,7 +16,7 @@ from serving.deps import (
 )
 from serving.models import LostInputRange, StateOperator, StatusResponse
 from shared.domain.view_specs import VIEW_NAMES
-from shared.platform.batch_store import BatchVersion, read_current
+from shared.platform.batch_store import BatchVersion
 from shared.settings import Settings, describe_view_settings
 
 router = APIRouter(tags=["status"])
@@ -104,23 +104,24 @@ def status(
 
 
 @router.get("/healthz")
-def healthz() -> dict[str, str]:
-    """Liveness: the process answers."""
+async def healthz() -> dict[str, str]:
+    """Liveness: the process answers. On the event loop, never in the thread pool, which
+    other requests may all hold."""
     return {"status": "ok"}
 
 
-@router.get("/readyz", responses={503: {"description": "not ready; the body says why"}})
-def readyz(
-    response: Response, settings: SettingsDep, reader: BatchReaderDep, consumer: SpeedConsumerDep
+@router.get("/readyz", responses={503: {"description": "not ready; the body says which store"}})
+async def readyz(
+    response: Response, reader: BatchReaderDep, consumer: SpeedConsumerDep
 ) -> dict[str, object]:
-    """Ready once the speed store has caught up and the published batch version is attached."""
+    """Ready once the speed store has caught up and the published batch version is attached.
+    On the event loop, from what the stores' threads last saw; why a store is not ready
+    (an exception's text) is for `/v1/status`, which needs a key."""
     waiting = []
     if consumer is None or not consumer.caught_up.is_set():
-        why = f" ({consumer.error})" if consumer is not None and consumer.error else ""
-        waiting.append(f"speed store not caught up{why}")
-    published = read_current(settings.batch_store)
-    if published is not None and reader.version is None:
-        waiting.append(f"batch version {published.version} not attached")
+        waiting.append("speed store not caught up")
+    if reader.published is not None and reader.version is None:
+        waiting.append(f"batch version {reader.published} not attached")
     if waiting:
         response.status_code = 503
         return {"status": "not ready", "waiting_for": waiting}

@@ -9,16 +9,28 @@ import logging
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import FastAPI, Header, Query, Request
+from fastapi import FastAPI, Header, HTTPException, Query, Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from serving.batch_reader import BatchReader
-from serving.deps import invalid_query, keyed_router
+from serving.deps import RETRY_AFTER, invalid_input, invalid_query, keyed_router
+from serving.limits import retry_after
+from serving.models import Problem
 from serving.queries import naive_utc
 from serving.responses import wire_instant
 from serving.speed_consumer import SpeedConsumer
-from serving.stream import HEARTBEAT, HORIZON, WATERMARK, Client, Event, StreamHub, wire
+from serving.stream import (
+    HEARTBEAT,
+    HORIZON,
+    WATERMARK,
+    BadEventIdError,
+    Client,
+    Event,
+    StreamHub,
+    decode_id,
+    wire,
+)
 from shared.domain.view_specs import VIEW_NAMES, VIEWS
 from shared.platform.batch_store import BatchVersion
 from shared.platform.logs import log_event
@@ -165,7 +177,14 @@ class EventStream(Response):
 @router.get(
     "/stream",
     response_model=None,
-    responses={200: {"content": {"text/event-stream": {}}, "description": "Server-Sent Events"}},
+    responses={
+        200: {"content": {"text/event-stream": {}}, "description": "Server-Sent Events"},
+        503: {
+            "model": Problem,
+            "description": "the worker streams to `serving_stream_clients` clients already",
+            "headers": {"Retry-After": RETRY_AFTER},
+        },
+    },
 )
 async def stream(
     request: Request,
@@ -187,7 +206,31 @@ async def stream(
         raise invalid_query("views", views, f"unknown view(s) {', '.join(unknown) or '(none)'}; "
                             f"choose from {', '.join(VIEW_NAMES)}")  # fmt: skip
     state = request.app.state
+    serving = state.settings.serving
+    resume = None
+    if last_event_id:  # "" (what a reset sets): from now on
+        try:
+            if len(last_event_id) > serving.token_bytes:
+                raise BadEventIdError(
+                    f"{len(last_event_id)} characters; at most {serving.token_bytes} are read "
+                    "(serving_token_bytes)"
+                )
+            resume = decode_id(last_event_id, serving.token_partitions)
+        except BadEventIdError as error:
+            raise invalid_input(
+                "header", "last-event-id", last_event_id[:100], f"not an id of this stream: {error}"
+            ) from None
     hub: StreamHub = state.stream_hub
-    client = hub.subscribe(asked, last_event_id, greeting(request.app))
-    heartbeat = state.settings.serving.stream_heartbeat.total_seconds()
+    if len(hub.clients) >= serving.stream_clients:
+        raise HTTPException(
+            503, detail=f"this worker streams to {len(hub.clients)} clients, its most "
+            "(serving_stream_clients); try again, or another worker",
+            headers=retry_after(STREAM_RETRY_S),
+        )  # fmt: skip
+    client = hub.subscribe(asked, resume, greeting(request.app))
+    heartbeat = serving.stream_heartbeat.total_seconds()
     return EventStream(hub, client, heartbeat, lambda: heartbeat_status(request.app))
+
+
+STREAM_RETRY_S = 5.0
+"""The ``Retry-After`` of a stream refused for having too many clients."""

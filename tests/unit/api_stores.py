@@ -231,14 +231,17 @@ class CaughtUp:
         return self.speed, self.inputs
 
 
-def app_on_filled_stores(state_dir: Path, reader: BatchReader | None = None) -> FastAPI:
+def app_on_filled_stores(
+    state_dir: Path, reader: BatchReader | None = None, **overrides: Any
+) -> FastAPI:
     """The app with its settings and speed store replaced through dependency overrides
-    (``reader``: the batch reader it polls with, else the app's own)."""
-    settings = Settings(state_dir=state_dir, api_keys=["test-key"])
+    (``reader``: the batch reader it polls with, else the app's own; ``overrides``:
+    settings by their flat names)."""
+    settings = Settings(**{"state_dir": state_dir, "api_keys": ["test-key"], **overrides})
     publish_batch(settings.batch_store)
     tables = SpeedTables()
     fill_speed(tables)
-    app = create_app(Settings(state_dir=state_dir), reader, follow_kafka=False)
+    app = create_app(settings, reader, follow_kafka=False)
     app.dependency_overrides[app_settings] = lambda: settings
     app.dependency_overrides[speed_tables] = lambda: tables
     return app

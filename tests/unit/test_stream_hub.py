@@ -10,7 +10,17 @@ from datetime import datetime
 from types import SimpleNamespace
 from typing import Any
 
-from serving.stream import RESET, ROW, Client, StreamHub, decode_id, encode_id
+import pytest
+
+from serving.stream import (
+    RESET,
+    ROW,
+    BadEventIdError,
+    Client,
+    StreamHub,
+    decode_id,
+    encode_id,
+)
 from shared.platform.speed_tables import ChangedRow
 
 H = datetime(2026, 1, 6)
@@ -55,9 +65,17 @@ def test_ids_name_each_partitions_next_offset_and_read_back() -> None:
     positions = {("booth_stats", 1): 998, ("booth_stats", 0): 1235, ("vehicle_trips", 0): 7}
     text = encode_id(positions)
     assert text == "booth_stats.0:1235,booth_stats.1:998,vehicle_trips.0:7"
-    assert decode_id(text) == positions
-    for bad in ("x", "booth_stats.0:-1", "nope.0:1", "booth_stats:1", "booth_stats.a:1"):
-        assert decode_id(bad) is None, bad
+    assert decode_id(text, 3) == positions
+    for bad in ("x", "booth_stats.0:-1", "nope.0:1", "booth_stats:1", "booth_stats.a:1",
+                "booth_stats.\u00b2:1", "booth_stats.0:" + "9" * 4400):  # fmt: skip
+        with pytest.raises(BadEventIdError, match=r"is not <view>\.<partition>:<offset>"):
+            decode_id(bad, 3)
+    with pytest.raises(BadEventIdError, match="names 3 partitions; at most 2"):
+        decode_id(text, 2)
+
+
+def resume(text: str) -> dict[tuple[str, int], int]:
+    return decode_id(text, 1000)
 
 
 def test_a_client_gets_its_views_rows_from_now_on_in_order_with_ids() -> None:
@@ -119,7 +137,7 @@ def test_a_resume_on_another_worker_loses_none_and_repeats_none() -> None:
         seen = drained(first, client)
         assert [booth for _, _, booth in seen] == ["p0-0", "p1-0", "p0-1", "p1-1"]
         _, after_two, _ = seen[1]  # the client had p0-0 and p1-0, then lost its connection
-        resumed = second.subscribe(frozenset({"booth_stats"}), after_two)
+        resumed = second.subscribe(frozenset({"booth_stats"}), resume(after_two))
         assert [booth for _, _, booth in drained(second, resumed)] == ["p1-1", "p0-1"]
 
     on_loop(test)
@@ -132,9 +150,9 @@ def test_an_id_older_than_the_buffer_gets_reset_then_rows_from_now_on() -> None:
         for offset in range(4):  # past 2 + 1 events, the log keeps the last 2: r2, r3
             publish(hub, 0, offset, f"r{offset}", "2026-01-06T01:00")
         await settle()
-        kept = hub.subscribe(frozenset({"booth_stats"}), "booth_stats.0:2")
+        kept = hub.subscribe(frozenset({"booth_stats"}), resume("booth_stats.0:2"))
         assert [booth for _, _, booth in drained(hub, kept)] == ["r2", "r3"]
-        old = hub.subscribe(frozenset({"booth_stats"}), "booth_stats.0:1")
+        old = hub.subscribe(frozenset({"booth_stats"}), resume("booth_stats.0:1"))
         [(kind, event_id, data)] = drained(hub, old)
         assert (kind, event_id) == (RESET, "") and "older than the buffer" in data
         publish(hub, 0, 4, "r4", "2026-01-06T01:00")
@@ -195,8 +213,49 @@ def test_clients_reading_along_share_one_encoding_of_each_row() -> None:
         await settle()
         [one], [other] = hub.take(first), hub.take(second)
         assert one is other and b"id: booth_stats.1:5\n" in one
-        resumed = hub.subscribe(views, "booth_stats.0:9,booth_stats.1:4")  # its own position
+        hub.partitions = {"booth_stats": 2}  # what the consumer says the topic has
+        resumed = hub.subscribe(views, resume("booth_stats.0:9,booth_stats.1:4"))  # its own
         [own] = hub.take(resumed)
         assert b"id: booth_stats.0:9,booth_stats.1:5\n" in own
+
+    on_loop(test)
+
+
+def test_a_resumed_id_keeps_only_partitions_the_topic_has() -> None:
+    """A forged id naming partitions no speed topic has would make every event's id repeat
+    them; they are dropped, the real ones kept."""
+
+    async def test() -> None:
+        hub = StreamHub(buffer_size=100, queue_size=100)
+        hub.start(asyncio.get_running_loop())
+        hub.partitions = {"booth_stats": 2}
+        forged = ",".join(f"booth_stats.{n}:0" for n in range(2, 500))
+        client = hub.subscribe(frozenset({"booth_stats"}), resume(f"booth_stats.1:3,{forged}"))
+        publish(hub, 1, 3, "a", "2026-01-06T01:00")
+        publish(hub, 0, 0, "b", "2026-01-06T01:00")
+        await settle()
+        assert drained(hub, client) == [
+            ("row", "booth_stats.1:4", "a"), ("row", "booth_stats.0:1,booth_stats.1:4", "b"),
+        ]  # fmt: skip
+
+    on_loop(test)
+
+
+def test_a_resume_starts_at_the_clients_own_place_in_the_log() -> None:
+    """A client resuming near the log's end is behind by what it has not read, not by the
+    whole log: more rows do not drop it."""
+
+    async def test() -> None:
+        hub = StreamHub(buffer_size=100, queue_size=10)
+        hub.start(asyncio.get_running_loop())
+        for offset in range(50):
+            publish(hub, 0, offset, f"r{offset}", "2026-01-06T01:00")
+        await settle()
+        client = hub.subscribe(frozenset({"booth_stats"}), resume("booth_stats.0:47"))
+        assert hub.most_queued == 3  # r47, r48, r49
+        publish(hub, 0, 50, "r50", "2026-01-06T01:00")
+        await settle()
+        assert not client.dropped.is_set()
+        assert [booth for _, _, booth in drained(hub, client)] == ["r47", "r48", "r49", "r50"]
 
     on_loop(test)
