@@ -7,17 +7,24 @@ store is SpeedTables fed the JSON records the speed layer writes.
 from __future__ import annotations
 
 import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import uvicorn
 from fastapi import FastAPI
 
 from batch_layer.publish import empty_store_tables, publish_version
+from lambdaline.kafka_broker import free_port
 from serving.batch_reader import BatchReader
 from serving.deps import app_settings, speed_tables
+from serving.limits import BoundedHttpTools
 from serving.main import create_app
 from shared.platform.speed_tables import SpeedTables
 from shared.settings import Settings
@@ -245,3 +252,27 @@ def app_on_filled_stores(
     app.dependency_overrides[app_settings] = lambda: settings
     app.dependency_overrides[speed_tables] = lambda: tables
     return app
+
+
+@contextmanager
+def served(app: FastAPI) -> Iterator[str]:
+    """``app`` under uvicorn in a thread of this process, on a free port, with the HTTP
+    parser ``lambdaline serve`` runs (its URL and header limits); its base URL. For what
+    needs a real connection: a never-ending stream, the parser's own refusals."""
+    port = free_port()
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, http=BoundedHttpTools, log_level="warning",
+        timeout_graceful_shutdown=1,
+    )  # fmt: skip
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not server.started:
+            assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.02)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -22,13 +21,10 @@ from typing import Any
 
 import httpx2 as httpx
 import pytest
-import uvicorn
 from fastapi.testclient import TestClient
 
 import serving.sql
-from lambdaline.kafka_broker import free_port
-from serving.limits import BoundedHttpTools
-from tests.unit.api_stores import DAY, KEY, app_on_filled_stores
+from tests.unit.api_stores import DAY, KEY, app_on_filled_stores, served
 
 CROSS_JOIN = "SELECT count(*) FROM range(100000) a CROSS JOIN range(100000000000) b"
 """A query no sandbox finishes: it runs until its timeout."""
@@ -54,30 +50,14 @@ def client(make_client: Callable[..., TestClient]) -> TestClient:
 
 @pytest.fixture
 def make_server(tmp_path: Path) -> Iterator[Callable[..., str]]:
-    """A uvicorn server of the app on the filled stores (its base URL), on a free port, with
-    ``lambdaline serve``'s HTTP parser; stopped after the test."""
-    servers: list[tuple[uvicorn.Server, threading.Thread]] = []
+    """A uvicorn server of the app on the filled stores, with settings by their flat names
+    (``api_stores.served``): its base URL; stopped after the test."""
+    with ExitStack() as stack:
 
-    def make(**overrides: Any) -> str:
-        port = free_port()
-        config = uvicorn.Config(
-            app_on_filled_stores(tmp_path, **overrides), host="127.0.0.1", port=port,
-            http=BoundedHttpTools, log_level="warning", timeout_graceful_shutdown=1,
-        )  # fmt: skip
-        server = uvicorn.Server(config)
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        servers.append((server, thread))
-        deadline = time.monotonic() + 20
-        while not server.started:
-            assert time.monotonic() < deadline, "the server did not start"
-            time.sleep(0.02)
-        return f"http://127.0.0.1:{port}"
+        def make(**overrides: Any) -> str:
+            return stack.enter_context(served(app_on_filled_stores(tmp_path, **overrides)))
 
-    yield make
-    for server, thread in servers:
-        server.should_exit = True
-        thread.join(10)
+        yield make
 
 
 def ask(client: TestClient, query: str, headers: dict[str, str] = KEY) -> httpx.Response:
