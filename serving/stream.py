@@ -20,10 +20,12 @@ it: each partition of the asked views with the next offset, as
 ``booth_stats.0:1235,booth_stats.1:998``. Every worker reads every partition,
 so the id means the same to each of them: a client resuming with
 ``Last-Event-ID`` gets the buffered rows from those offsets on (none twice: a
-row below its offset is skipped), from whichever worker answers. If the buffer
-no longer holds every row since, it gets ``reset`` instead (with an empty id,
-so that a browser's next reconnection starts afresh). The other events carry
-no id, so they leave the client's position as it was.
+row below its offset is skipped), from whichever worker answers, starting at
+its own first unread row of the log. If the buffer no longer holds every row
+since, it gets ``reset`` instead (with an empty id, so that a browser's next
+reconnection starts afresh); an id that is not one of ours is answered 422, and
+of a valid one only the partitions the speed topics have are kept. The other
+events carry no id, so they leave the client's position as it was.
 
 Every event goes once into one log per worker, the replay buffer
 (``stream_buffer`` events, oldest out first); each client holds only its place

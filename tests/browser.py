@@ -59,6 +59,12 @@ class Browser:
         self.call("Page.enable")
         self.call("Network.enable")
         self.call("Runtime.enable")
+        # every page keeps what its Content-Security-Policy refused (csp_violations)
+        self.call("Page.addScriptToEvaluateOnNewDocument", source=(
+            "window.cspViolations = [];"
+            "document.addEventListener('securitypolicyviolation',"
+            " e => window.cspViolations.push(e.violatedDirective + ' ' + e.blockedURI));"
+        ))  # fmt: skip
 
     def _browser_url(self) -> str:
         assert self.process.stderr is not None
@@ -111,6 +117,11 @@ class Browser:
                 return value
             time.sleep(0.2)
         raise AssertionError(f"waited {seconds:g} s for {what}")
+
+    def csp_violations(self) -> list[str]:
+        """What the page's Content-Security-Policy refused since it loaded."""
+        found: list[str] = self.evaluate("window.cspViolations")
+        return found
 
     def navigate(self, url: str) -> None:
         self.call("Page.navigate", url=url)

@@ -96,6 +96,10 @@ def test_the_dashboard_shows_rows_and_an_entry_sent_meanwhile_without_a_reload(
         assert counts[0] == 0 and counts[1] + counts[2] == 2, note
         assert browser.evaluate("performance.timeOrigin") == loaded_at, "the page was reloaded"
         assert browser.evaluate("performance.getEntriesByType('navigation').length") == 1
+        # all of it under a policy of the same origin only, which refused nothing
+        policy = browser.evaluate("fetch('/').then(r => r.headers.get('content-security-policy'))")
+        assert "default-src 'self'" in policy and "frame-ancestors 'none'" in policy
+        assert browser.csp_violations() == []
 
         if os.environ.get("DASHBOARD_SCREENSHOT"):
             browser.screenshot(Path(os.environ["DASHBOARD_SCREENSHOT"]))
