@@ -219,10 +219,10 @@ class SqlLimits:
     memory_mb: int
 
 
-FIRST_FETCH = 16
+FIRST_FETCH = 1
 """Rows of a query's first fetch; later fetches take as many as the byte budget left
-holds at the rows' mean size (at most :data:`MOST_FETCHED`), so that a few very large
-values are never fetched many at a time."""
+holds at the rows' mean size (at most :data:`MOST_FETCHED`), so that very large values
+are never turned into Python objects many at a time past the budget."""
 MOST_FETCHED = 2048
 
 

@@ -297,6 +297,11 @@ def test_openapi_documents_the_key_and_error_responses(client: TestClient) -> No
         )
     for public in ("/healthz", "/readyz", "/metrics"):
         assert "401" not in paths[public]["get"]["responses"]
+    # the limits' answers: a body too large, too many queries or requests, too many streams
+    sql = paths["/v1/sql"]["post"]["responses"]
+    assert {"413", "429"} <= set(sql) and "Retry-After" in sql["429"]["headers"]
+    stream = paths["/v1/stream"]["get"]["responses"]
+    assert {"429", "503"} <= set(stream) and "Retry-After" in stream["503"]["headers"]
 
 
 def test_vehicle_trips_alerts_and_diagnostics(client: TestClient) -> None:
