@@ -305,7 +305,7 @@ async def view_stores(
                 after, settings.serving.token_bytes, settings.serving.token_partitions
             )
         except BadTokenError as error:
-            raise invalid_query("after", after, f"not a consistency token: {error}") from None
+            raise invalid_query("after", after[:100], f"not a consistency token: {error}") from None
         await _materialised(wanted, reader, consumer, settings.serving.after_wait)
     try:
         batch = reader.acquire(version)
