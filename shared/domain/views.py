@@ -15,6 +15,11 @@ are removed by :func:`without_duplicates` before any view counts them
 
 Each view's output columns are those its spec declares
 (:mod:`shared.domain.view_specs`), in that order; a unit test holds them to it.
+
+Beside each function is the same rule in DuckDB SQL (``<VIEW>_SQL``), written apart
+from it: :func:`reference_sql` puts them together, and the bench's DuckDB peer and
+the tests' oracle run them. A reader compares the two statements of a rule in one
+place; a test holds the Spark functions to them.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from pyspark.sql import types as T
 from shared.domain.view_specs import (
     EXPIRED_REGISTRATIONS,
     VEHICLE_TRIPS,
+    VIEWS,
     Aggregate,
     ViewSizes,
     ViewSpec,
@@ -100,6 +106,16 @@ def booth_stats(entries: DataFrame, window: timedelta) -> DataFrame:
     )
 
 
+BOOTH_STATS_SQL = """
+    SELECT booth_id, window_start, window_start + {window} AS window_end,
+           count(*) AS vehicle_count, sum(toll)::DECIMAL(18, 2) AS total_toll,
+           min(entry_time) AS first_entry_time, max(entry_time) AS last_entry_time
+    FROM (SELECT *, time_bucket({window}, entry_time) AS window_start FROM once_entries)
+    GROUP BY booth_id, window_start
+"""
+"""booth_stats in DuckDB SQL (:func:`reference_sql`): windows of ``window`` from midnight."""
+
+
 def booth_rolling(entries: DataFrame, size: timedelta, slide: timedelta) -> DataFrame:
     """Vehicles and tolls per booth in hopping windows of ``size`` that start every ``slide``
     over entry_time: an entry counts in each of the ``size / slide`` windows holding it."""
@@ -118,6 +134,20 @@ def booth_rolling(entries: DataFrame, size: timedelta, slide: timedelta) -> Data
             "total_toll",
         )
     )
+
+
+BOOTH_ROLLING_SQL = """
+    SELECT booth_id, window_start, window_start + {rolling_window} AS window_end,
+           count(*) AS vehicle_count, sum(toll)::DECIMAL(18, 2) AS total_toll
+    FROM (  -- the slide-aligned windows holding the entry: the latest and those before it
+        SELECT booth_id, toll,
+               time_bucket({rolling_slide}, entry_time) - k * {rolling_slide} AS window_start
+        FROM once_entries, range({windows_per_entry}) AS r(k)
+    )
+    GROUP BY booth_id, window_start
+"""
+"""booth_rolling in DuckDB SQL: each entry in the ``rolling_window / rolling_slide``
+windows that hold it."""
 
 
 def vehicle_visits(entries: DataFrame, gap: timedelta) -> DataFrame:
@@ -150,6 +180,27 @@ def vehicle_visits(entries: DataFrame, gap: timedelta) -> DataFrame:
             "total_toll",
         )
     )
+
+
+VEHICLE_VISITS_SQL = """
+    SELECT license_plate, min(entry_time) AS session_start,
+           max(entry_time) + {session_gap} AS session_end, count(*) AS entry_count,
+           list(booth_id ORDER BY entry_time, event_id) AS booths,
+           sum(toll)::DECIMAL(18, 2) AS total_toll
+    FROM (  -- a visit starts at an entry a gap or more after the plate's one before
+        SELECT *, sum(starts) OVER (PARTITION BY license_plate ORDER BY entry_time, event_id)
+                  AS visit
+        FROM (
+            SELECT *, CASE WHEN entry_time - lag(entry_time) OVER (
+                          PARTITION BY license_plate ORDER BY entry_time, event_id
+                      ) < {session_gap} THEN 0 ELSE 1 END AS starts
+            FROM once_entries
+        )
+    )
+    GROUP BY license_plate, visit
+"""
+"""vehicle_visits in DuckDB SQL: a running count of the entries that start a visit,
+booths in entry order (ties by event_id)."""
 
 
 def _trip_condition(max_trip: timedelta) -> Column:
@@ -240,6 +291,21 @@ def trip_candidates(matches: DataFrame) -> DataFrame:
 def vehicle_trips(entries: DataFrame, exits: DataFrame, max_trip: timedelta) -> DataFrame:
     """Each entry joined to the earliest exit of the same booth and plate within max_trip."""
     return earliest_exits(entries_with_exits(entries, exits, max_trip))
+
+
+VEHICLE_TRIPS_SQL = """
+    SELECT booth_id, license_plate, entry_time, exit_time,
+           (epoch_ms(exit_time) - epoch_ms(entry_time)) / 1000.0 AS duration_seconds
+    FROM (
+        SELECT e.booth_id, e.license_plate, e.entry_time, min(x.exit_time) AS exit_time
+        FROM once_entries e JOIN exits x
+          ON x.booth_id = e.booth_id AND x.license_plate = e.license_plate
+         AND x.exit_time BETWEEN e.entry_time AND e.entry_time + {max_trip}
+        GROUP BY e.booth_id, e.license_plate, e.entry_time
+    )
+"""
+"""vehicle_trips in DuckDB SQL: each entry's earliest exit of its booth and plate within
+``max_trip``."""
 
 
 REGISTRATION_COLUMNS = (
@@ -337,6 +403,26 @@ def expired_registrations(
     return expired_at_entry(registrations_at_entry(entries, registrations, lookback))
 
 
+REGISTRATION_AT_ENTRY_SQL = """
+    SELECT e.event_id, e.booth_id, e.license_plate, e.entry_time,
+           arg_max(r.registration_id, (r.registration_time, r.registration_id, r.event_id))
+               AS registration_id,
+           arg_max(r.expired, (r.registration_time, r.registration_id, r.event_id)) AS expired
+    FROM once_entries e LEFT JOIN registrations r
+      ON r.license_plate = e.license_plate AND r.registration_time <= e.entry_time
+     AND r.registration_time >= e.entry_time - {registration_lookback}
+    GROUP BY e.event_id, e.booth_id, e.license_plate, e.entry_time
+"""
+"""The registration rule in DuckDB SQL (the table ``at_entry``): per entry, of its plate's
+registrations recorded in the ``registration_lookback`` up to it, the greatest by
+(registration_time, registration_id, event_id); none: NULLs."""
+
+EXPIRED_REGISTRATIONS_SQL = """
+    SELECT booth_id, license_plate, entry_time, registration_id FROM at_entry WHERE expired
+"""
+"""expired_registrations in DuckDB SQL: entries whose applicable registration expired."""
+
+
 def unregistered_at_entry(at_entry: DataFrame) -> DataFrame:
     """Diagnostic rows for entries that no registration applies to."""
     return at_entry.where(F.col("registration_id").isNull()).select(
@@ -387,6 +473,25 @@ def diagnostics(
     return diagnostics_from(missing_exits(entries, exits, max_trip), at_entry, window)
 
 
+DIAGNOSTICS_SQL = """
+    SELECT booth_id, window_start, reason, count(*) AS count
+    FROM (
+        SELECT booth_id, time_bucket({window}, entry_time) AS window_start,
+               'missing_exit' AS reason
+        FROM once_entries e WHERE NOT EXISTS (
+            SELECT 1 FROM exits x
+            WHERE x.booth_id = e.booth_id AND x.license_plate = e.license_plate
+              AND x.exit_time BETWEEN e.entry_time AND e.entry_time + {max_trip})
+        UNION ALL
+        SELECT booth_id, time_bucket({window}, entry_time), 'missing_registration'
+        FROM at_entry WHERE registration_id IS NULL
+    )
+    GROUP BY booth_id, window_start, reason
+"""
+"""diagnostics in DuckDB SQL: entries with no exit within ``max_trip`` and entries no
+registration applies to, per booth, window and reason."""
+
+
 def all_views(
     entries: DataFrame,
     exits: DataFrame,
@@ -421,3 +526,50 @@ def all_views(
         "booth_rolling": booth_rolling(spanning, sizes.rolling_window, sizes.rolling_slide),
         "vehicle_visits": vehicle_visits(spanning, sizes.session_gap),
     }
+
+
+REFERENCE_SQL = {
+    "booth_stats": BOOTH_STATS_SQL,
+    "vehicle_trips": VEHICLE_TRIPS_SQL,
+    "expired_registrations": EXPIRED_REGISTRATIONS_SQL,
+    "diagnostics": DIAGNOSTICS_SQL,
+    "booth_rolling": BOOTH_ROLLING_SQL,
+    "vehicle_visits": VEHICLE_VISITS_SQL,
+}
+
+
+def _sql_interval(duration: timedelta) -> str:
+    return f"to_microseconds({int(duration / timedelta(microseconds=1))})"
+
+
+def reference_sql(sizes: ViewSizes, first_copy: str) -> tuple[str, dict[str, str]]:
+    """Every view's rule stated again in DuckDB SQL over raw events, apart from the Spark
+    functions above: the one reference the bench's DuckDB peer and the tests' oracle run.
+
+    Input: tables (or views) ``entries``, ``exits`` and ``registrations`` of the events'
+    fields, instants as zone-less UTC ``TIMESTAMP``, every copy of a record.
+    ``first_copy``: the ``ORDER BY`` that makes an entry's first copy first (the one
+    counted). Returns the statements that make the tables ``once_entries`` and
+    ``at_entry``, and per view a ``SELECT`` of its columns in the spec's order, rows in
+    key order, typed as the batch store's.
+    """
+    values = {
+        "window": _sql_interval(sizes.window),
+        "rolling_window": _sql_interval(sizes.rolling_window),
+        "rolling_slide": _sql_interval(sizes.rolling_slide),
+        "windows_per_entry": str(sizes.rolling_window // sizes.rolling_slide),
+        "session_gap": _sql_interval(sizes.session_gap),
+        "max_trip": _sql_interval(sizes.max_trip),
+        "registration_lookback": _sql_interval(sizes.registration_lookback),
+    }
+    prepare = f"""
+        CREATE OR REPLACE TEMP TABLE once_entries AS
+            SELECT * FROM entries
+            QUALIFY row_number() OVER (PARTITION BY event_id ORDER BY {first_copy}) = 1;
+        CREATE OR REPLACE TEMP TABLE at_entry AS {REGISTRATION_AT_ENTRY_SQL.format(**values)};
+    """
+    selects = {}
+    for spec in VIEWS:
+        key = ", ".join(spec.key)
+        selects[spec.name] = f"{REFERENCE_SQL[spec.name].format(**values)} ORDER BY {key}"
+    return prepare, selects

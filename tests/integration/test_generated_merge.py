@@ -41,6 +41,7 @@ from rich.console import Console
 from batch_layer.run import run_batch
 from serving.main import create_app
 from shared.domain.events import format_instant
+from shared.domain.view_specs import ViewSizes
 from shared.settings import Settings
 from speed_layer import job
 from tests.integration.helpers import (
@@ -167,7 +168,7 @@ def produce(settings: Settings, events: list[Event]) -> None:
         send(settings, topic, [(key, value, format_instant(sent)) for sent, _, key, value in rows])
 
 
-def oracle(events: list[Event]) -> dict[str, list[dict[str, Any]]]:
+def oracle(events: list[Event], sizes: ViewSizes) -> dict[str, list[dict[str, Any]]]:
     with duckdb.connect() as connection:
         connection.execute("""
             CREATE TABLE entries (event_id VARCHAR, booth_id VARCHAR, license_plate VARCHAR,
@@ -193,7 +194,7 @@ def oracle(events: list[Event]) -> dict[str, list[dict[str, Any]]]:
                     connection.execute("INSERT INTO registrations VALUES (?, ?, ?, ?, ?)", [
                         event.event_id, event.registration_id, event.plate, event.expired,
                         naive[event.event_id]])  # fmt: skip
-        return oracle_views(connection)
+        return oracle_views(connection, sizes)
 
 
 RANGE = {"from": "2026-01-05T00:00:00Z", "to": "2026-01-07T00:00:00Z", "limit": 100_000}
@@ -319,7 +320,7 @@ def test_the_merged_answer_equals_an_oracle_over_the_raw_events(
     base = isolated_settings(kafka, tmp_path_factory.mktemp("generated"))
     settings_ = base.updated(api_keys=[KEY["X-API-Key"]], speed_max_offsets_per_trigger=4)
     through_both_layers(spark, settings_, events)
-    truth = oracle(events)
+    truth = oracle(events, settings_.views.sizes)
     with TestClient(create_app(settings_)) as api:
         consumer = api.app.state.speed_consumer  # type: ignore[attr-defined]
         assert consumer.wait_caught_up(60), consumer.error
