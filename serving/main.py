@@ -44,6 +44,7 @@ from serving.routers import (
     stream,
     vehicles,
     versions,
+    views,
 )
 from serving.routers.stream import ABORT
 from serving.speed_consumer import SpeedConsumer
@@ -121,7 +122,7 @@ def create_app(
     app.add_exception_handler(ConflictError, _conflict)  # type: ignore[arg-type]
     for router in (
         booths.router, vehicles.router, alerts.router, diagnostics.router, status.keyed,
-        versions.router, sql.router, stream.router,
+        versions.router, sql.router, stream.router, views.router,
     ):  # fmt: skip
         app.include_router(router)
     app.include_router(status.router)

@@ -280,12 +280,12 @@ def test_the_docs_pages_load_nothing_from_another_host(client: TestClient, page:
 def test_openapi_documents_the_key_and_error_responses(client: TestClient) -> None:
     paths = client.get("/openapi.json").json()["paths"]
     v1 = [operation for path, item in paths.items() if path.startswith("/v1/") for operation in item.values()]  # fmt: skip
-    assert len(v1) == 12  # the views, status, versions, corrections, sql, stream
+    assert len(v1) == 13  # the views, any view, status, versions, corrections, sql, stream
     for operation in v1:
         assert operation["responses"]["401"]["description"] == "X-API-Key missing or unknown"
     views = [path for path in paths if path.startswith("/v1/") and "status" not in path
              and "versions" not in path and path not in ("/v1/sql", "/v1/stream")]  # fmt: skip
-    assert len(views) == 7
+    assert len(views) == 8  # the seven typed endpoints and /v1/views/{view}
     for keyed in views:
         responses = paths[keyed]["get"]["responses"]
         assert set(responses) == {"200", "401", "404", "409", "410", "422", "429"}, keyed
@@ -603,3 +603,43 @@ def test_the_api_deletes_speed_rows_older_than_the_horizon_less_the_speed_retent
         while len(starts()) == 3 and time.monotonic() < deadline:
             time.sleep(0.05)
     assert starts() == [datetime(2026, 1, 3), datetime(2026, 1, 6)]
+
+
+@pytest.mark.parametrize(
+    ("path", "view", "filters"),
+    [
+        ("/v1/booths/b1/stats", "booth_stats", {"booth_id": "b1"}),
+        ("/v1/stats", "booth_stats", {}),
+        ("/v1/booths/b1/rolling", "booth_rolling", {"booth_id": "b1"}),
+        ("/v1/vehicles/P1/trips", "vehicle_trips", {"license_plate": "P1"}),
+        ("/v1/vehicles/P2/visits", "vehicle_visits", {"license_plate": "P2"}),
+        ("/v1/alerts/expired-registrations", "expired_registrations", {}),
+        ("/v1/alerts/expired-registrations", "expired_registrations", {"booth_id": "b2"}),
+        ("/v1/diagnostics", "diagnostics", {}),
+    ],
+)
+def test_any_view_by_name_answers_as_its_typed_endpoint(
+    client: TestClient, path: str, view: str, filters: dict[str, str]
+) -> None:
+    params = {**DAY, "limit": 1000}
+    typed = client.get(path, params={**params, **filters}, headers=KEY)
+    by_name = client.get(f"/v1/views/{view}", params={**params, **filters}, headers=KEY)
+    assert typed.status_code == by_name.status_code == 200, by_name.text
+    assert typed.json()["rows"], f"{path} answers no rows: the comparison would hold for nothing"
+    answer = typed.json()
+    answer.pop("granularity", None)  # booth_stats' typed endpoints name the window; this one
+    assert by_name.json() == answer  # never rolls up
+
+
+def test_any_view_refuses_a_filter_its_key_does_not_have(client: TestClient) -> None:
+    response = client.get(
+        "/v1/views/diagnostics", params={**DAY, "license_plate": "P1"}, headers=KEY
+    )
+    assert response.status_code == 422
+    [error] = response.json()["detail"]
+    assert error["loc"] == ["query", "license_plate"]
+    assert error["msg"] == (
+        "diagnostics has no key column license_plate; its text key columns are booth_id, reason"
+    )
+    unknown = client.get("/v1/views/heavy_vehicles", params=DAY, headers=KEY)
+    assert unknown.status_code == 422 and unknown.json()["detail"][0]["loc"] == ["path", "view"]
