@@ -31,7 +31,6 @@ from pyspark.sql import SparkSession
 
 from batch_layer import hadoop_files
 from shared.platform.batch_store import LostInput
-from shared.settings import Settings
 
 LOG_DIR = "_ingest_log"
 LOST_PREFIX = "lost-"
@@ -107,27 +106,28 @@ def spark_offsets(text: str | None, where: str) -> dict[str, dict[int, int]]:
         raise ValueError(f"cannot read Spark's offset log {where} ({error!r})") from None
 
 
-def location(settings: Settings) -> str:
-    return f"{settings.master_location}/{LOG_DIR}"
+def location(master: str) -> str:
+    """The ingest log's folder in the master dataset at ``master`` (a path or URL)."""
+    return f"{master}/{LOG_DIR}"
 
 
-def entry_location(settings: Settings, batch: int) -> str:
-    return f"{location(settings)}/{batch}.json"
+def entry_location(master: str, batch: int) -> str:
+    return f"{location(master)}/{batch}.json"
 
 
-def logged_batches(spark: SparkSession, settings: Settings) -> set[int]:
+def logged_batches(spark: SparkSession, master: str) -> set[int]:
     """The ingest batches the log has an entry for (from the files' names alone)."""
     names = (
-        path.rsplit("/", 1)[1] for path in hadoop_files.glob(spark, f"{location(settings)}/*.json")
+        path.rsplit("/", 1)[1] for path in hadoop_files.glob(spark, f"{location(master)}/*.json")
     )
     return {
         int(name.removesuffix(".json")) for name in names if name.removesuffix(".json").isdigit()
     }
 
 
-def read_entry(spark: SparkSession, settings: Settings, batch: int) -> LoggedBatch:
+def read_entry(spark: SparkSession, master: str, batch: int) -> LoggedBatch:
     """One batch's entry; ValueError if it is missing or unreadable."""
-    where = entry_location(settings, batch)
+    where = entry_location(master, batch)
     text = hadoop_files.read_text(spark, where)
     if text is None:
         raise ValueError(f"the ingest log has no entry {where}")
@@ -137,37 +137,37 @@ def read_entry(spark: SparkSession, settings: Settings, batch: int) -> LoggedBat
     return entry
 
 
-def write(spark: SparkSession, settings: Settings, entry: LoggedBatch) -> None:
+def write(spark: SparkSession, master: str, entry: LoggedBatch) -> None:
     """Log a batch as stored whole (its partitions are all written)."""
-    hadoop_files.write_new(spark, entry_location(settings, entry.batch), entry.render())
+    hadoop_files.write_new(spark, entry_location(master, entry.batch), entry.render())
 
 
-def forget(spark: SparkSession, settings: Settings, batch: int) -> None:
+def forget(spark: SparkSession, master: str, batch: int) -> None:
     """Delete a batch's entry (if any) before its partitions are written again."""
-    hadoop_files.delete(spark, entry_location(settings, batch))
+    hadoop_files.delete(spark, entry_location(master, batch))
 
 
-def lost_location(settings: Settings, batch: int) -> str:
-    return f"{location(settings)}/{LOST_PREFIX}{batch}.json"
+def lost_location(master: str, batch: int) -> str:
+    return f"{location(master)}/{LOST_PREFIX}{batch}.json"
 
 
-def record_lost(spark: SparkSession, settings: Settings, lost: Sequence[LostInput]) -> None:
+def record_lost(spark: SparkSession, master: str, lost: Sequence[LostInput]) -> None:
     """Log the ranges of input records Kafka deleted before the ingest read them, under
     the first batch that goes on after them (a reset run again replaces its record)."""
     if not lost:
         return
     [batch] = {item.ingest_batch for item in lost}
-    where = lost_location(settings, batch)
+    where = lost_location(master, batch)
     document = {"lost": [item.to_document() for item in lost]}
     hadoop_files.delete(spark, where)
     hadoop_files.write_new(spark, where, json.dumps(document, indent=2) + "\n")
 
 
-def lost_input(spark: SparkSession, settings: Settings) -> tuple[LostInput, ...]:
+def lost_input(spark: SparkSession, master: str) -> tuple[LostInput, ...]:
     """Every range of input records the log says the master dataset will never hold,
     in the order they were lost; ValueError naming a record that cannot be read."""
     found: list[LostInput] = []
-    for path in hadoop_files.glob(spark, f"{location(settings)}/{LOST_PREFIX}*.json"):
+    for path in hadoop_files.glob(spark, f"{location(master)}/{LOST_PREFIX}*.json"):
         text = hadoop_files.read_text(spark, path) or ""
         try:
             found += [LostInput.from_document(item) for item in json.loads(text)["lost"]]

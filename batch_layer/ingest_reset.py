@@ -143,10 +143,11 @@ def plan(spark: SparkSession, settings: Settings) -> IngestResetPlan:
             f"there is no ingest checkpoint at {checkpoint} and the master dataset stores "
             "nothing: the next `lambdaline batch run` begins both"
         )
-    logged = ingest_log.logged_batches(spark, settings)
+    master = settings.master_location
+    logged = ingest_log.logged_batches(spark, master)
     try:
         unfinished = ingest_log.unfinished(stored, logged)
-        newest = ingest_log.read_entry(spark, settings, max(logged)) if logged else None
+        newest = ingest_log.read_entry(spark, master, max(logged)) if logged else None
     except ValueError as error:
         raise MasterDatasetError(str(error)) from None
     topics = settings.topics.inputs()
@@ -186,7 +187,7 @@ def carry_out(spark: SparkSession, settings: Settings, reset: IngestResetPlan) -
         for location in _locations(settings):
             for folder in hadoop_files.glob(spark, f"{location}/*/{INGEST_BATCH}={batch}"):
                 hadoop_files.delete(spark, folder)
-    ingest_log.record_lost(spark, settings, reset.lost)
+    ingest_log.record_lost(spark, settings.master_location, reset.lost)
     if reset.aside is not None:
         hadoop_files.rename(spark, reset.checkpoint, reset.aside)
     hadoop_files.write_new(spark, f"{reset.checkpoint}/{START_FILE}", reset.start.render())

@@ -310,7 +310,7 @@ def _ingest_batch(
         batch_id = first_batch + spark_batch_id  # the master dataset's numbering
         spark = batch.sparkSession
         # run again after a crash, the batch is not whole until it is logged again
-        ingest_log.forget(spark, settings, batch_id)
+        ingest_log.forget(spark, settings.master_location, batch_id)
         # decode once: every output below is a filter of this one persisted frame
         classified = classify_records(
             batch, settings.topics, settings.views.max_future_skew
@@ -342,7 +342,7 @@ def _ingest_batch(
         offsets = f"{ingest_checkpoint(settings)}/offsets/{spark_batch_id}"
         read_to = ingest_log.spark_offsets(hadoop_files.read_text(spark, offsets), offsets)
         logged = ingest_log.LoggedBatch(batch_id, read_to, dict(input_topic_ids), records, dead)
-        ingest_log.write(spark, settings, logged)
+        ingest_log.write(spark, settings.master_location, logged)
         failpoint("ingest_before_commit")
         ingested = IngestedBatch(batch_id, records, dead)
         log_event(

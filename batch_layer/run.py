@@ -172,7 +172,7 @@ def run_batch(
             now = topic_ids.current(settings.kafka, settings.topics.inputs())
             master.claim_input_topics(spark, settings, now)
             try:  # what the master dataset will never hold, for the version to list
-                lost_input = ingest_log.lost_input(spark, settings)
+                lost_input = ingest_log.lost_input(spark, settings.master_location)
             except ValueError as error:
                 raise master.MasterDatasetError(str(error)) from None
 

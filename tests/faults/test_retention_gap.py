@@ -94,7 +94,7 @@ def test_records_deleted_before_the_ingest_are_named_then_recorded_as_lost(
     version = read_current(settings.batch_store)
     assert version is not None and version.version == served.version + 1
     lost = version.lost_input
-    assert lost == ingest_log.lost_input(spark, settings)  # the ingest log's record
+    assert lost == ingest_log.lost_input(spark, settings.master_location)  # the ingest log's record
     assert {item.topic for item in lost} == {entries}
     assert {item.partition: item.end_offset for item in lost} == {
         p: end for p, end in deleted_to.items() if end > 0
