@@ -33,12 +33,12 @@ from shared.platform.batch_store import (
     ListedVersion,
     list_versions,
 )
-from shared.platform.cron import check_cron
 from shared.platform.kafka_admin import KafkaNotReadyError, kafka_answers, require_kafka
 from shared.platform.logs import configure_logging
 from shared.platform.streaming import KafkaDataLossError, QueryFailedError
 from shared.platform.topic_ids import TopicsRecreatedError
 from shared.settings import Settings, get_settings
+from shared.settings.cron import check_cron
 
 batch_app = typer.Typer(
     help="The batch layer: master dataset, nightly recompute, versioned DuckDB publish."

@@ -13,7 +13,7 @@ Spark's Kafka clients run in the executors. A file named in an option would have
 to exist at that path on every executor; so the CA certificates travel inside the
 options, as PEM text (Kafka's ``ssl.truststore.certificates``), the password
 inside the JAAS line, and a client certificate's key as unencrypted PKCS#8 text
-(``shared.platform.pem`` says why). Spark does not redact these everywhere: a streaming
+(``shared.settings.pem`` says why). Spark does not redact these everywhere: a streaming
 DataFrame's parsed plan, before it starts, lists it as it is (docs/architecture.md).
 """
 
@@ -94,13 +94,13 @@ def spark_kafka_options(kafka: KafkaSettings) -> dict[str, str]:
         options["kafka.ssl.truststore.type"] = "PEM"
         options["kafka.ssl.truststore.certificates"] = kafka.ssl_cafile.read_text()
     if kafka.uses_tls and kafka.ssl_certfile is not None:
-        from shared.platform.pem import pkcs8_text  # here: cryptography takes ~0.1 s to import
+        from shared.settings.pem import pkcs8_text  # here: cryptography takes ~0.1 s to import
 
         assert kafka.ssl_keyfile is not None  # see Settings
         password = kafka.ssl_key_password
         options["kafka.ssl.keystore.type"] = "PEM"
         options["kafka.ssl.keystore.certificate.chain"] = kafka.ssl_certfile.read_text()
-        # as Java reads it on every JDK (shared.platform.pem); it travels as the password would
+        # as Java reads it on every JDK (shared.settings.pem); it travels as the password would
         options["kafka.ssl.keystore.key"] = pkcs8_text(
             kafka.ssl_keyfile, password.get_secret_value() if password else None
         )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.platform.cron import check_cron
+from shared.settings.cron import check_cron
 
 
 @pytest.mark.parametrize(

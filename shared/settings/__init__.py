@@ -55,7 +55,7 @@ from pydantic_settings import (
 
 from shared.domain.topics import Topics
 from shared.domain.view_specs import ViewSizes
-from shared.platform.cron import check_cron
+from shared.settings.cron import check_cron
 
 ENV_PREFIX = "LAMBDALINE_"
 
@@ -271,7 +271,7 @@ class KafkaSettings(SettingsGroup):
     ssl_keyfile: PemKey = Field(
         None,
         description="PEM file of the client certificate's private key, in any form OpenSSL "
-        "reads (Spark's clients get it as PKCS#8, see shared.platform.pem)",
+        "reads (Spark's clients get it as PKCS#8, see shared.settings.pem)",
     )
     ssl_key_password: OptionalSecret = Field(
         None, description="password of kafka_ssl_keyfile, if it is encrypted"
@@ -338,7 +338,7 @@ class KafkaSettings(SettingsGroup):
             return
         # what every client will read: a key of another certificate, a wrong password.
         # (imported here: cryptography takes ~0.1 s to import, which every command would pay)
-        from shared.platform.pem import check_pair
+        from shared.settings.pem import check_pair
 
         check_pair(certfile, keyfile, password.get_secret_value() if password else None)
 
