@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import date, timedelta
 
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -33,7 +34,6 @@ from shared.domain.validation import SOURCE_COLUMNS
 from shared.domain.view_specs import BOOTH_ROLLING, VEHICLE_VISITS
 from shared.domain.views import (
     COUNTED_INPUTS,
-    PERSISTED,
     VIEW_INPUTS,
     all_views,
     without_duplicates,
@@ -43,6 +43,12 @@ from shared.settings import Settings
 DEAD_LETTERS = "dead_letters"
 SPANNING_VIEWS = (BOOTH_ROLLING, VEHICLE_VISITS)
 """Views whose rows span time, computed from the entries of the days either side too."""
+
+PERSISTED = StorageLevel.MEMORY_AND_DISK_DESER
+"""How the events several views read are persisted. PySpark's ``MEMORY_AND_DISK`` is
+the serialized level (Python RDDs are pickled), which would serialize every cached
+column batch again; ``_DESER`` is what Scala's ``MEMORY_AND_DISK`` and PySpark's
+``DataFrame.persist()`` default (what ``shared.domain.views.all_views`` uses) mean."""
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ Its micro-batches are published as the speed job's are
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -36,7 +37,7 @@ EVENT_TIMES = "entry_time timestamp, exit_time timestamp, registration_time time
 def floor_settings(settings: Settings) -> Settings:
     """The settings the floor job runs with: its progress to a topic of its own."""
     return settings.updated(
-        topics=settings.topics.model_copy(update={"speed_progress": FLOOR_PROGRESS_TOPIC})
+        topics=dataclasses.replace(settings.topics, speed_progress=FLOOR_PROGRESS_TOPIC)
     )
 
 

@@ -10,9 +10,9 @@ defaults are the contract's names.
 
 from __future__ import annotations
 
+import dataclasses
 import re
-
-from pydantic import BaseModel, ConfigDict, field_validator
+from dataclasses import dataclass
 
 from shared.domain.events import EVENT_TYPES, EventType
 from shared.domain.view_specs import VIEW_NAMES
@@ -26,11 +26,23 @@ DERIVED_QUERY_PREFIX = "speed.derived."
 input topics: their watermarks trail the input's and do not count towards the
 speed watermark the serving layer publishes."""
 
+TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+"""What Kafka accepts as a topic name."""
 
-class Topics(BaseModel):
-    """Kafka topic names by role. Speed-store topics are ``<speed_prefix><view name>``."""
 
-    model_config = ConfigDict(extra="forbid")
+def check_topic_name(value: str) -> str:
+    """``value`` if Kafka accepts it as a topic name (or prefix); else ValueError."""
+    if not TOPIC_NAME.fullmatch(value):
+        raise ValueError(f"{value!r} is not a valid Kafka topic name")
+    return value
+
+
+@dataclass(frozen=True)
+class Topics:
+    """Kafka topic names by role. Speed-store topics are ``<speed_prefix><view name>``.
+
+    A plain value: the settings read it (``shared.settings.TopicNames``, the same
+    fields, each checked where it is given)."""
 
     entries: str = "toll.entries"
     exits: str = "toll.exits"
@@ -39,12 +51,9 @@ class Topics(BaseModel):
     speed_prefix: str = "speed."
     speed_progress: str = "speed.progress"
 
-    @field_validator("*")
-    @classmethod
-    def _valid_topic_name(cls, value: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9._-]{1,249}", value):
-            raise ValueError(f"{value!r} is not a valid Kafka topic name")
-        return value
+    def __post_init__(self) -> None:
+        for field in dataclasses.fields(self):
+            check_topic_name(getattr(self, field.name))
 
     def of(self, event_type: EventType) -> str:
         """The topic that carries this event type."""

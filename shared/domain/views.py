@@ -28,7 +28,6 @@ from collections.abc import Sequence
 from datetime import timedelta
 from enum import StrEnum
 
-from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -43,12 +42,6 @@ from shared.domain.view_specs import (
 )
 
 MONEY_TOTAL = T.DecimalType(18, 2)
-
-PERSISTED = StorageLevel.MEMORY_AND_DISK_DESER
-"""How intermediate results read by several views are persisted. PySpark's
-``MEMORY_AND_DISK`` is the serialized level (Python RDDs are pickled), which
-would serialize every cached column batch again; ``_DESER`` is what Scala's
-``MEMORY_AND_DISK`` and PySpark's ``DataFrame.persist()`` default mean."""
 
 
 class DiagnosticReason(StrEnum):
@@ -515,9 +508,9 @@ def all_views(
     spanning = entries if spanning is None else spanning
     lookback, window = sizes.registration_lookback, sizes.window
     at_entry = registrations_at_entry(entries, registrations, lookback).drop("event_id")
-    at_entry = at_entry.persist(PERSISTED)
+    at_entry = at_entry.persist()  # its default level, MEMORY_AND_DISK_DESER
     matches = trip_matches(entries, exits, sizes.max_trip, "left_outer").drop("event_id")
-    matches = matches.persist(PERSISTED)
+    matches = matches.persist()
     return {
         "booth_stats": booth_stats(entries, window),
         "vehicle_trips": earliest_exits(matches.where(F.col("exit_time").isNotNull())),

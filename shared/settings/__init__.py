@@ -22,6 +22,7 @@ pass them down; nothing in the project builds settings at import time.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import os
 import re
@@ -44,6 +45,7 @@ from pydantic import (
     create_model,
     model_validator,
 )
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -53,7 +55,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from shared.domain.topics import Topics
+from shared.domain.topics import Topics, check_topic_name
 from shared.domain.view_specs import ViewSizes
 from shared.settings.cron import check_cron
 
@@ -651,6 +653,29 @@ class DemoSettings(SettingsGroup):
     )
 
 
+TopicName = Annotated[str, AfterValidator(check_topic_name)]
+
+
+@pydantic_dataclass(frozen=True, config=ConfigDict(extra="forbid"))
+class TopicNames(Topics):
+    """The topics as settings read them: :class:`shared.domain.topics.Topics`, each name
+    checked where it is given (so an error names ``LAMBDALINE_TOPICS__ENTRIES``)."""
+
+    entries: TopicName = Topics.entries
+    exits: TopicName = Topics.exits
+    registrations: TopicName = Topics.registrations
+    dead_letters: TopicName = Topics.dead_letters
+    speed_prefix: TopicName = Topics.speed_prefix
+    speed_progress: TopicName = Topics.speed_progress
+
+
+def _topic_names(value: Any) -> Any:
+    """A plain :class:`Topics` given (a test's, a command's) as its fields, to be read."""
+    if isinstance(value, Topics) and not isinstance(value, TopicNames):
+        return dataclasses.asdict(value)
+    return value
+
+
 def _default_jvm_cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "lambdaline" / "jvm"
 
@@ -673,7 +698,7 @@ class Settings(BaseModel):
         description="JVM jars resolved by Maven (broker, Spark Kafka connector); default "
         "$XDG_CACHE_HOME/lambdaline/jvm",
     )
-    topics: Topics = Field(default_factory=Topics)
+    topics: Annotated[TopicNames, BeforeValidator(_topic_names)] = Field(default_factory=TopicNames)
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
     spark: SparkSettings = Field(default_factory=SparkSettings)
     views: ViewSettings = Field(default_factory=ViewSettings)
@@ -837,7 +862,7 @@ def setting_names() -> list[str]:
     for flat_name, _, _ in _flat_layout():
         names.append(flat_name)
         if flat_name == "topics":
-            names += [f"topics.{field}" for field in Topics.model_fields]
+            names += [f"topics.{field.name}" for field in dataclasses.fields(Topics)]
     return names
 
 
@@ -883,7 +908,8 @@ def describe_validation_error(error: ValidationError) -> str:
             lines.append(f"invalid settings: {problem['msg'].removeprefix('Value error, ')}")
             continue
         toml_name = ".".join(path)
-        if problem["type"] == "extra_forbidden":
+        # a group's unknown name; a dataclass's (the topics) says it as a keyword argument
+        if problem["type"] in ("extra_forbidden", "unexpected_keyword_argument"):
             # only the settings file can name a key no field has
             close = difflib.get_close_matches(toml_name, setting_names(), n=1)
             hint = f"; did you mean {close[0]}?" if close else ""

@@ -17,6 +17,7 @@ coordinates (topic, partition, offset), so copies change neither.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import random
@@ -150,12 +151,11 @@ def _reference(interrupted: Settings, state_dir: Path) -> Settings:
     topics = interrupted.topics
     settings = interrupted.updated(
         state_dir=state_dir,
-        topics=topics.model_copy(
-            update={
-                "speed_prefix": topics.speed_prefix + "ref.",
-                "speed_progress": topics.speed_progress + ".ref",
-                "dead_letters": topics.dead_letters + ".ref",
-            }
+        topics=dataclasses.replace(
+            topics,
+            speed_prefix=topics.speed_prefix + "ref.",
+            speed_progress=topics.speed_progress + ".ref",
+            dead_letters=topics.dead_letters + ".ref",
         ),
     )
     create_topics(settings)

@@ -11,6 +11,7 @@ left out.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import os
@@ -240,7 +241,7 @@ def test_the_api_waits_for_missing_speed_topics_and_follows_them_once_created(
         "speed_prefix": f"{prefix}missing.speed.",
         "speed_progress": f"{prefix}missing.progress",
     }
-    settings = settings.updated(topics=settings.topics.model_copy(update=missing))
+    settings = settings.updated(topics=dataclasses.replace(settings.topics, **missing))
     consumer = SpeedConsumer(settings, SpeedTables())
     consumer.start()
     try:

@@ -41,23 +41,44 @@ def declared_dependencies() -> set[str]:
     return {_distribution(spec) for spec in project["dependencies"]}
 
 
+def external_imports(folder: Path) -> dict[str, set[str]]:
+    """Module imported (dotted, as written) -> the files under ``folder`` importing it, for
+    absolute imports outside the stdlib and the project."""
+    found: dict[str, set[str]] = {}
+    for path in folder.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                top = name.partition(".")[0]
+                if top not in sys.stdlib_module_names and top not in PACKAGES:
+                    found.setdefault(name, set()).add(str(path.relative_to(ROOT)))
+    return found
+
+
 def imported_modules() -> dict[str, set[str]]:
     """Top-level module -> the files importing it, for absolute imports outside the stdlib."""
     found: dict[str, set[str]] = {}
     for package in PACKAGES:
-        for path in (ROOT / package).rglob("*.py"):
-            for node in ast.walk(ast.parse(path.read_text(), str(path))):
-                if isinstance(node, ast.Import):
-                    names = [alias.name for alias in node.names]
-                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                    names = [node.module]
-                else:
-                    continue
-                for name in names:
-                    top = name.partition(".")[0]
-                    if top not in sys.stdlib_module_names and top not in PACKAGES:
-                        found.setdefault(top, set()).add(str(path.relative_to(ROOT)))
+        for name, paths in external_imports(ROOT / package).items():
+            found.setdefault(name.partition(".")[0], set()).update(paths)
     return found
+
+
+def test_the_domain_imports_pyspark_sql_and_nothing_else_external() -> None:
+    """The contract docs/architecture.md states (import-linter sees a package whole:
+    ``pyspark``, not ``pyspark.sql``)."""
+    imported = external_imports(ROOT / "shared" / "domain")
+    assert "pyspark.sql" in imported  # the reader finds them
+    others = {
+        name: sorted(paths) for name, paths in imported.items()
+        if name != "pyspark.sql" and not name.startswith("pyspark.sql.")
+    }  # fmt: skip
+    assert others == {}
 
 
 def test_the_reader_finds_the_imports_it_must() -> None:
