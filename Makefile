@@ -24,7 +24,7 @@ FAST_TIER = $(BIN)/pytest --tier fast $(XDIST)
 # the JDK that Spark, the broker and keytool run on: JAVA_HOME's, as their own scripts do
 JAVA   := $(if $(JAVA_HOME),$(JAVA_HOME)/bin/java,java)
 
-.PHONY: setup prerequisites browser jars demo test test-fast test-unit test-faults lint lock bench bench-soak bench-generator bench-batch clean
+.PHONY: setup prerequisites browser jars demo test test-fast test-unit test-faults lint docs lock bench bench-soak bench-generator bench-batch clean
 
 setup: prerequisites $(STAMP) jars browser
 
@@ -80,6 +80,10 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+
+# docs/configuration.md, written from the settings (a unit test fails while it is stale)
+docs: $(STAMP)
+	$(BIN)/python -m lambdaline.settings_doc > docs/configuration.md
 
 # The whole suite in its two tiers (tests/conftest.py), each on two workers: the fast one,
 # then the slow one, with its 15 slowest tests listed; both run, and make test fails if

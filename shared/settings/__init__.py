@@ -661,12 +661,20 @@ class TopicNames(Topics):
     """The topics as settings read them: :class:`shared.domain.topics.Topics`, each name
     checked where it is given (so an error names ``LAMBDALINE_TOPICS__ENTRIES``)."""
 
-    entries: TopicName = Topics.entries
-    exits: TopicName = Topics.exits
-    registrations: TopicName = Topics.registrations
-    dead_letters: TopicName = Topics.dead_letters
-    speed_prefix: TopicName = Topics.speed_prefix
-    speed_progress: TopicName = Topics.speed_progress
+    entries: Annotated[TopicName, Field(description="the entries")] = Topics.entries
+    exits: Annotated[TopicName, Field(description="the exits")] = Topics.exits
+    registrations: Annotated[TopicName, Field(description="the registrations")] = (
+        Topics.registrations
+    )
+    dead_letters: Annotated[
+        TopicName, Field(description="the records validation refused, with the reason")
+    ] = Topics.dead_letters
+    speed_prefix: Annotated[
+        TopicName, Field(description="of the speed store's topics, one per view")
+    ] = Topics.speed_prefix
+    speed_progress: Annotated[TopicName, Field(description="the speed job's progress reports")] = (
+        Topics.speed_progress
+    )
 
 
 def _topic_names(value: Any) -> Any:
@@ -794,10 +802,14 @@ FLAT_NAMES: Mapping[str, tuple[str, str]] = {
 
 
 def setting_field(flat_name: str) -> FieldInfo:
-    """The declaration (type, default, description) of a setting, by its flat name."""
+    """The declaration (type, default, description) of a setting, by its flat name
+    (``topics.entries`` included)."""
     if flat_name in FLAT_NAMES:
         group, field = FLAT_NAMES[flat_name]
         return GROUPS[group].model_fields[field]
+    if flat_name.startswith("topics."):
+        fields: dict[str, FieldInfo] = TopicNames.__pydantic_fields__  # type: ignore[attr-defined]
+        return fields[flat_name.removeprefix("topics.")]
     return Settings.model_fields[flat_name]
 
 

@@ -9,19 +9,12 @@ from __future__ import annotations
 import ast
 import re
 import subprocess
-from datetime import timedelta
 from pathlib import Path
 
 import yaml
 
-from shared.domain.topics import Topics
-from shared.settings import (
-    duration_label,
-    environment_name,
-    setting_field,
-    setting_names,
-    unknown_environment,
-)
+from lambdaline import settings_doc
+from shared.settings import environment_name, setting_field, setting_names, unknown_environment
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy" / "batch"
@@ -69,54 +62,26 @@ def test_the_crontab_the_cronjob_and_the_dag_keep_the_default_schedule_in_utc() 
     assert ast.literal_eval(arguments["max_active_runs"]) == 1
 
 
-def readme_settings() -> dict[str, str]:
-    """The README's settings table: each variable and its default, as written there."""
-    readme = ROOT / "README.md"
-    rows = {}
-    for line in readme.read_text().splitlines():
-        found = re.match(r"\| `(LAMBDALINE_[A-Z0-9_]+)` \| ([^|]+) \|", line)
-        if found:
-            assert found.group(1) not in rows, f"{found.group(1)} is listed twice"
-            rows[found.group(1)] = found.group(2).strip()
-    return rows
+def test_the_configuration_page_is_what_the_settings_write() -> None:
+    """docs/configuration.md: every setting with its default and description, as
+    ``make docs`` writes it from the settings (run it after changing a setting)."""
+    page = (ROOT / "docs" / "configuration.md").read_text()
+    assert page == settings_doc.render(), "docs/configuration.md is stale: run `make docs`"
+    listed = re.findall(r"^\| `(LAMBDALINE_[A-Z0-9_]+)` \|", page, re.MULTILINE)
+    assert listed == [environment_name(name) for name in setting_names()]
+    assert "| `LAMBDALINE_SERVING_SQL_ROWS` | `10000` | most rows" in page  # read as a person would
 
 
-def test_the_readme_lists_every_setting_with_its_default() -> None:
-    rows = readme_settings()
-    assert set(rows) == {environment_name(name) for name in setting_names()}
-    written_by_hand = {
-        "state_dir": "`.lambdaline`", "jvm_cache_dir": "`~/.cache/lambdaline/jvm`",
-        "topics": "the six below", "master_dir": "`<state_dir>/master`",
-        "batch_store_dir": "`<state_dir>/batch`",
-    }  # fmt: skip
-    for name in setting_names():
-        if name in written_by_hand:
-            expected = written_by_hand[name]
-        elif name.startswith("topics."):
-            expected = f"`{getattr(Topics, name.split('.')[1])}`"  # the field's default
-        else:
-            expected = _default_as_written(
-                setting_field(name).get_default(call_default_factory=True)
-            )
-        assert rows[environment_name(name)] == expected, name
-
-
-def _default_as_written(default: object) -> str:
-    if default is None or default in ([], {}):
-        return "none"
-    if isinstance(default, timedelta):
-        return f"`{duration_label(default)}`"
-    if isinstance(default, float) and default.is_integer():
-        return f"`{int(default)}`"
-    return f"`{default}`"
-
-
-def test_the_documents_stay_guides_of_their_size() -> None:
-    """A README of at most about 300 lines, the contract within 600, the performance
-    notes within 300: what they hold is current, and history lives in git."""
-    limits = {"README.md": 300, "docs/architecture.md": 600, "docs/performance.md": 300}
-    lines = {name: len((ROOT / name).read_text().splitlines()) for name in limits}
-    assert {name: n for name, n in lines.items() if n > limits[name]} == {}
+def test_the_readme_names_only_defaults_the_settings_have() -> None:
+    """The README's short table of the settings people change first."""
+    readme = (ROOT / "README.md").read_text()
+    for variables, defaults in re.findall(r"^\| (`LAMBDALINE_[^|]+) \| ([^|]+) \|", readme, re.M):
+        for variable, default in zip(
+            re.findall(r"LAMBDALINE_[A-Z0-9_]+", variables), defaults.split(", "), strict=False
+        ):
+            name = variable.removeprefix("LAMBDALINE_").lower()
+            if default.startswith("`"):
+                assert default.strip() == settings_doc.default_as_written(name), variable
 
 
 HISTORY = re.compile(
