@@ -230,6 +230,7 @@ def populated_store(cache_mb: int | None) -> Iterator[tuple[Settings, dict[str, 
         environment = {
             **os.environ, "LAMBDALINE_STATE_DIR": str(settings.state_dir),
             "LAMBDALINE_KAFKA_BOOTSTRAP": settings.kafka.bootstrap, "LAMBDALINE_API_KEYS": API_KEY,
+            "LAMBDALINE_SERVING_RATE_PER_KEY": "1000000",  # capacity, not the key's limit
         }  # fmt: skip
         if cache_mb is not None:
             environment["LAMBDALINE_SERVING_CACHE_MB"] = str(cache_mb)
