@@ -125,29 +125,6 @@ with a bounded cache), where the default HDFS-backed store keeps every version o
 it in the driver's or executors' heap."""
 
 
-def state_store_provider(folder: Path) -> str | None:
-    """The state store provider a query's checkpoint was made with (None: no micro-batch
-    logged yet, or Spark's default, which it does not record).
-
-    Spark writes its offset log as ``offsets/<batch>``: a version line, then the
-    batch's metadata JSON, whose ``conf`` keeps the settings a checkpoint fixes,
-    the provider among them.
-    """
-    logged = [path for path in (folder / "offsets").glob("[0-9]*") if path.name.isdigit()]
-    if not logged:
-        return None
-    latest = max(logged, key=lambda path: int(path.name))
-    lines = latest.read_text(encoding="utf-8").splitlines()
-    try:
-        conf = json.loads(lines[1]).get("conf", {})
-    except (IndexError, ValueError, AttributeError):
-        raise CheckpointError(
-            f"cannot read Spark's offset log {latest}: not a version line and a JSON object"
-        ) from None
-    provider = conf.get(STATE_STORE_PROVIDER_CONF)
-    return str(provider) if provider is not None else None
-
-
 STATE_LAYOUT = "booth lane, plate lane"
 """How the speed job keeps its state: a booth lane (``speed_layer.booths``) and a plate
 lane (``speed_layer.lookups``), each one ``transformWithState`` operator. A checkpoint

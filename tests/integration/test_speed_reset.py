@@ -26,7 +26,6 @@ from speed_layer.checkpoint import (
     CheckpointError,
     checkpoint_dir,
     reset,
-    state_store_provider,
 )
 from tests.integration.helpers import (
     isolated_settings,
@@ -36,6 +35,21 @@ from tests.integration.helpers import (
     speed_view,
 )
 from tests.scenarios import OneDay, entry_value
+
+
+def state_store_provider(folder: Path) -> str | None:
+    """The state store provider a query's checkpoint was made with (None: no micro-batch
+    logged yet, or Spark's default, which it does not record): Spark's offset log
+    ``offsets/<batch>`` is a version line, then the batch's metadata JSON, whose
+    ``conf`` keeps the settings a checkpoint fixes."""
+    logged = [path for path in (folder / "offsets").glob("[0-9]*") if path.name.isdigit()]
+    if not logged:
+        return None
+    latest = max(logged, key=lambda path: int(path.name))
+    conf = json.loads(latest.read_text(encoding="utf-8").splitlines()[1]).get("conf", {})
+    provider = conf.get(STATE_STORE_PROVIDER_CONF)
+    return str(provider) if provider is not None else None
+
 
 DEFAULT_SPANS = {"rolling_window": "1h", "rolling_slide": "5m", "session_gap": "30m"}
 """The view settings of the hopping windows and visits, as their defaults label them."""
