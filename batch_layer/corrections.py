@@ -37,13 +37,14 @@ from kafka.errors import KafkaError
 
 from shared.domain.events import format_instant
 from shared.domain.merge import HORIZON_SQL
-from shared.domain.view_specs import VIEWS, ColumnType, ViewSpec
+from shared.domain.views.spec import ColumnType, ViewSpec
 from shared.platform.batch_store import CORRECTIONS_TABLE, wire_sql
 from shared.platform.kafka_admin import KafkaNotReadyError
 from shared.platform.logs import log_event
 from shared.platform.speed_reader import read_speed_store
 from shared.platform.speed_tables import SpeedTables
 from shared.settings import Settings
+from shared.settings.views import VIEWS
 
 logger = logging.getLogger("lambdaline.batch")
 

@@ -1,13 +1,13 @@
 """Which event dates a batch run recomputes, and the recompute itself.
 
-The views come from :func:`shared.domain.views.all_views`, the same functions the
-speed layer calls; this module only chooses dates and reads their inputs.
-A view row belongs to the date of its entry (``entry_time`` or the window
-that holds it), or of its start (a hopping window, a visit), so recomputing
-date *d* needs:
+The views come from the registered views' functions
+(``shared.settings.views.REGISTERED``), the same the speed layer calls; this module
+only chooses dates and reads their inputs. A view row belongs to the date of its
+entry (``entry_time`` or the window that holds it), or of its start (a hopping
+window, a visit), so recomputing date *d* needs:
 
-- the entries of *d*, and for the views whose rows span time (``booth_rolling``,
-  ``vehicle_visits``) those of the days either side: a window or a visit that
+- the entries of *d*, and for the views whose rows span time (``View.spanning``: a
+  hopping window, a visit) those of the days either side: a window or a visit that
   starts on *d* may end on *d* + 1, and an entry just after midnight may belong
   to a visit of *d* - 1. A visit is computed from the entries up to the end of
   *d* + 1: one whose entries stay under ``session_gap`` apart for longer than
@@ -31,24 +31,21 @@ from pyspark.sql import functions as F
 from batch_layer import master
 from shared.domain.events import EVENT_TYPES, TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION, EventType
 from shared.domain.validation import SOURCE_COLUMNS
-from shared.domain.view_specs import BOOTH_ROLLING, VEHICLE_VISITS
-from shared.domain.views import (
-    COUNTED_INPUTS,
-    VIEW_INPUTS,
-    all_views,
-    without_duplicates,
-)
+from shared.domain.views import compute_views, read_columns
+from shared.domain.views.rules import COUNTED_INPUTS, without_duplicates
+from shared.domain.views.view import Inputs
 from shared.settings import Settings
+from shared.settings.views import REGISTERED
 
 DEAD_LETTERS = "dead_letters"
-SPANNING_VIEWS = (BOOTH_ROLLING, VEHICLE_VISITS)
-"""Views whose rows span time, computed from the entries of the days either side too."""
+VIEW_INPUTS = read_columns(REGISTERED)
+"""The event columns the views read, by event type name: all a recompute keeps."""
 
 PERSISTED = StorageLevel.MEMORY_AND_DISK_DESER
 """How the events several views read are persisted. PySpark's ``MEMORY_AND_DISK`` is
 the serialized level (Python RDDs are pickled), which would serialize every cached
 column batch again; ``_DESER`` is what Scala's ``MEMORY_AND_DISK`` and PySpark's
-``DataFrame.persist()`` default (what ``shared.domain.views.all_views`` uses) mean."""
+``DataFrame.persist()`` default (what ``shared.domain.views.view.Inputs.shared`` uses) mean."""
 
 
 @dataclass(frozen=True)
@@ -118,14 +115,14 @@ def dates_to_recompute(
     lookback_days: int,
     max_trip: timedelta,
     registration_lookback: timedelta,
-    rolling_window: timedelta,
+    rows_start_before: timedelta,
     views_changed: bool = False,
 ) -> list[date]:
     """The event dates <= run_date whose rows the next version must recompute.
 
-    A date has rows if it has data, or if a hopping window (``rolling_window``
-    long) that starts on it holds an entry of a later date: the day before the
-    first entries has windows too.
+    A date has rows if it has data, or if a row that starts on it holds an entry of
+    a later date: a hopping window starts up to ``rows_start_before`` (its length)
+    before an entry it holds, so the day before the first entries has windows too.
 
     A date is recomputed if it has rows and (a) the published version does not
     hold it yet (on or after its horizon, or nothing published), (b) this or an
@@ -142,7 +139,7 @@ def dates_to_recompute(
     and the ``registration_lookback`` days after (the entries it may apply
     to); a dead letter its date.
     """
-    windows_back = days_spanned(rolling_window)
+    windows_back = days_spanned(rows_start_before)
     with_rows = inventory.dates() | {
         day - timedelta(days=n)
         for day, _ in inventory.parts.get(TOLL_ENTRY.name, ())
@@ -189,7 +186,7 @@ def _events(
     the columns the views read are kept (half the time of keeping whole events,
     measured at 1M entries); Parquet reads no others, so the raw key and value
     bytes stay on disk. Entries feed three views and are persisted; exits and
-    registrations each feed one persisted join (``shared.domain.views.all_views``), so
+    registrations each feed one persisted join (``Inputs.shared``), so
     caching them would only cost the time to build the cache.
     """
     kept = VIEW_INPUTS[event_type.name]
@@ -212,14 +209,12 @@ def recompute(
     registrations from ``registration_lookback`` days before the first to the
     last.
     """
-    views_settings = settings.views
+    sizes = settings.views.sizes
     first, last = min(dates, default=date.min), max(dates, default=date.min)
     exit_dates = {
-        day + timedelta(days=n)
-        for day in dates
-        for n in range(days_spanned(views_settings.max_trip) + 1)
+        day + timedelta(days=n) for day in dates for n in range(days_spanned(sizes["max_trip"]) + 1)
     }
-    lookback_days = days_spanned(views_settings.registration_lookback)
+    lookback_days = days_spanned(sizes["registration_lookback"])
     registration_dates = {
         day
         for day, _ in inventory.parts.get(VEHICLE_REGISTRATION.name, ())
@@ -230,10 +225,11 @@ def recompute(
     spanning = _events(spark, settings, TOLL_ENTRY, around, persist=True)
     exits = _events(spark, settings, TOLL_EXIT, exit_dates)
     registrations = _events(spark, settings, VEHICLE_REGISTRATION, registration_dates)
-    views = all_views(entries, exits, registrations, views_settings.sizes, spanning)
-    for view in SPANNING_VIEWS:  # the rows of the dates asked for: the others lack entries
-        day = F.to_date(view.time_column)
-        views[view.name] = views[view.name].where(day.isin(sorted(dates)))
+    views = compute_views(REGISTERED, Inputs(entries, exits, registrations, spanning), sizes)
+    for view in REGISTERED:  # spanning: the rows of the dates asked for, the others lack entries
+        if view.spanning:
+            day = F.to_date(view.spec.time_column)
+            views[view.name] = views[view.name].where(day.isin(sorted(dates)))
     views[DEAD_LETTERS] = master.read_dead_letters(spark, settings, dates)
     return views
 

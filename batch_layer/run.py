@@ -36,6 +36,7 @@ from shared.platform.failpoints import failpoint
 from shared.platform.logs import log_event
 from shared.platform.spark_session import spark_session
 from shared.settings import Settings
+from shared.settings.views import REGISTERED
 
 logger = logging.getLogger("lambdaline.batch")
 
@@ -93,9 +94,16 @@ class RunReport:
     recomputed_dates: list[date] = field(default_factory=list)
     views_changed: bool = False
     """The published version's rows were computed under other view settings."""
+    views_added: list[str] = field(default_factory=list)
+    """Registered views the published version does not hold: every date is recomputed."""
     seconds: dict[str, float] = field(default_factory=dict)
     cpu_seconds: dict[str, float] = field(default_factory=dict)
     """Per step, when the caller passed a ``cpu_clock`` (a benchmark does)."""
+
+
+def _views_added(published: BatchVersion) -> list[str]:
+    """The registered views a published version holds no table of (added since)."""
+    return [view.name for view in REGISTERED if view.name not in published.row_counts]
 
 
 def as_store_rows(frame: DataFrame, table_name: str) -> pa.Table:
@@ -199,17 +207,23 @@ def run_batch(
                     logger, "batch_view_settings_changed", published_version=published.version,
                     published=published.view_settings, now=settings.views.labels,
                 )  # fmt: skip
+            if published is not None and (added := _views_added(published)):
+                report.views_added = added
+                log_event(
+                    logger, "batch_views_added", published_version=published.version, views=added
+                )
             inventory = read_inventory(spark, settings)
+            sizes = settings.views.sizes
             dates = dates_to_recompute(
                 run_date=run_date,
                 inventory=inventory,
                 published_horizon=published.horizon.date() if published else None,
                 published_ingest_batch=published.ingest_batch if published else None,
                 lookback_days=lookback_days,
-                max_trip=settings.views.max_trip,
-                registration_lookback=settings.views.registration_lookback,
-                rolling_window=settings.views.rolling_window,
-                views_changed=report.views_changed,
+                max_trip=sizes["max_trip"],
+                registration_lookback=sizes["registration_lookback"],
+                rows_start_before=max(view.starts_before(sizes) for view in REGISTERED),
+                views_changed=report.views_changed or bool(report.views_added),
             )
             report.recomputed_dates = dates
             progress.update(task, description=f"recompute {len(dates)} dates")

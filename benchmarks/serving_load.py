@@ -57,7 +57,7 @@ from lambdaline.kafka_broker import ephemeral_broker, free_port
 from lambdaline.processes import exit_on_signals, stop_process, wait_until_answers
 from serving.queries import ViewQuery
 from shared.domain.merge import Source
-from shared.domain.view_specs import BOOTH_STATS
+from shared.domain.views.booth_stats import SPEC as BOOTH_STATS
 from shared.platform.batch_store import read_current
 from shared.platform.topic_admin import create_topics
 from shared.settings import Settings

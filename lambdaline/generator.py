@@ -217,7 +217,7 @@ class _Shard:
     def __init__(self, config: GeneratorConfig, settings: Settings, shard: int, shards: int):
         self.config = config
         self.topics = settings.topics
-        self.max_trip = settings.views.max_trip
+        self.max_trip = settings.views.sizes["max_trip"]
         self.max_future_skew = settings.views.max_future_skew
         self.shard = shard
         self.shards = shards

@@ -10,7 +10,8 @@ from pydantic import AfterValidator, BaseModel, Field, PlainSerializer, create_m
 
 from shared.domain.events import format_instant
 from shared.domain.merge import Source
-from shared.domain.view_specs import ColumnType, ViewSpec
+from shared.domain.views.spec import ColumnType, ViewSpec
+from shared.settings.views import VIEW_NAMES
 
 
 def _as_utc(moment: datetime) -> datetime:
@@ -246,10 +247,9 @@ class SqlRequest(BaseModel):
     query: str = Field(
         min_length=1,
         max_length=100_000,
-        description="one SELECT over the views booth_stats, vehicle_trips, "
-        "expired_registrations, diagnostics, booth_rolling, vehicle_visits: the rows their "
+        description=f"one SELECT over the views {', '.join(VIEW_NAMES)}: the rows their "
         "endpoints return, `final` and `source` included",
-        examples=["SELECT booth_id, sum(vehicles) FROM booth_stats GROUP BY 1 ORDER BY 1"],
+        examples=["SELECT booth_id, sum(vehicle_count) FROM booth_stats GROUP BY 1 ORDER BY 1"],
     )
 
 

@@ -35,13 +35,11 @@ import duckdb
 from serving.batch_reader import BatchSnapshot
 from serving.result_cache import Encoded
 from shared.domain.merge import EPOCH, HORIZON_SQL, Row, Source, roll_up, sources_for
-from shared.domain.view_specs import (
-    BOOTH_STATS,
-    EXPIRED_REGISTRATIONS,
-    VEHICLE_TRIPS,
-    VEHICLE_VISITS,
-    ViewSpec,
-)
+from shared.domain.views.booth_stats import SPEC as BOOTH_STATS
+from shared.domain.views.expired_registrations import SPEC as EXPIRED_REGISTRATIONS
+from shared.domain.views.spec import ViewSpec
+from shared.domain.views.vehicle_trips import SPEC as VEHICLE_TRIPS
+from shared.domain.views.vehicle_visits import SPEC as VEHICLE_VISITS
 from shared.platform.batch_store import wire_sql
 from shared.platform.speed_tables import SpeedTables
 

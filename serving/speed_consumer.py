@@ -40,7 +40,6 @@ from kafka.errors import KafkaTimeoutError
 
 from serving.consistency import InputProgress, Offsets
 from serving.stream import StreamHub
-from shared.domain.view_specs import VIEW_BY_NAME, VIEW_NAMES
 from shared.platform.kafka_admin import (
     KafkaTopicsMissingError,
     TopicFacts,
@@ -52,6 +51,7 @@ from shared.platform.logs import log_event
 from shared.platform.speed_reader import apply_polled
 from shared.platform.speed_tables import ChangedRow, SpeedTables
 from shared.settings import Settings
+from shared.settings.views import VIEW_BY_NAME, VIEW_NAMES
 
 logger = logging.getLogger("lambdaline.serving")
 

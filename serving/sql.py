@@ -53,8 +53,9 @@ import pyarrow as pa
 from serving.queries import final_sql, side_sql
 from shared.domain.events import format_instant
 from shared.domain.merge import Source
-from shared.domain.view_specs import VIEW_NAMES, VIEWS, ViewSpec
+from shared.domain.views.spec import ViewSpec
 from shared.platform.speed_tables import SpeedTables
+from shared.settings.views import VIEW_NAMES, VIEWS
 
 BATCH_ALIAS = "batch"
 """The name the batch version is attached under in the sandbox."""

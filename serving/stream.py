@@ -52,9 +52,9 @@ from typing import Any
 from kafka.consumer.fetcher import ConsumerRecord
 
 from shared.domain.merge import on_batch_side
-from shared.domain.view_specs import VIEW_BY_NAME
 from shared.platform.logs import log_event
 from shared.platform.speed_tables import ChangedRow
+from shared.settings.views import VIEW_BY_NAME
 
 logger = logging.getLogger("lambdaline.serving")
 

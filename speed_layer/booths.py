@@ -1,15 +1,16 @@
-"""The speed layer's booth lane: booth_stats and booth_rolling from one query.
+"""The speed layer's booth lane: the tumbling and hopping booth counts from one query.
 
 One stateful operator keyed by booth (Spark's ``transformWithState``, event
 time): the Java processor ``jvm/lambdaline/speed/BoothLane.java``. It counts a
 booth's entries into buckets of gcd(``window``, ``rolling_slide``), and each
-micro-batch writes the rows of every window its entries changed: a booth_stats
-row is the sum of its window's buckets, a booth_rolling row the sum of its
-hopping window's (the rules of ``shared.domain.views.booth_stats`` and
-``booth_rolling``: counts and tolls add up; the equivalence tests hold the two
-forms to each other). One query where two aggregations each needed their own
-(Spark allows one streaming aggregation per query in update mode): one
-micro-batch's fixed cost, and the entries decoded once, instead of two.
+micro-batch writes the rows of every window its entries changed: a tumbling
+row is the sum of its window's buckets, a hopping row the sum of its hopping
+window's (the rules of the view functions whose speed plan is ``Lane.BOOTHS``:
+counts and tolls add up; the equivalence tests hold the two forms to each
+other). One query where two aggregations each needed their own (Spark allows
+one streaming aggregation per query in update mode): one micro-batch's fixed
+cost, and the entries decoded once, instead of two. Its rows' ``kind`` is the
+view they are of.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ from datetime import timedelta
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from shared.domain.view_specs import BOOTH_ROLLING, BOOTH_STATS, ViewSizes
-from shared.domain.views import MONEY_TOTAL
+from shared.domain.views.rules import MONEY_TOTAL
+from shared.domain.views.view import Lane, ViewSizes
 from shared.platform.streaming import MicroBatchFunction
 from shared.settings import Settings
+from shared.settings.views import REGISTERED
 from speed_layer.speed_store import (
     kafka_sink_options,
     speed_records,
@@ -30,8 +32,8 @@ from speed_layer.speed_store import (
     write_records,
 )
 
-STATS, ROLLING = BOOTH_STATS.name, BOOTH_ROLLING.name
-"""The kinds of row of :func:`booth_lane` (``BoothLane``' output kinds)."""
+BOOTH_LANE_VIEWS = tuple(view.spec for view in REGISTERED if view.speed.lane is Lane.BOOTHS)
+"""The views the booth lane writes: the kinds of its rows (``BoothLane``' output kinds)."""
 
 
 def _ms(duration: timedelta) -> int:
@@ -40,8 +42,8 @@ def _ms(duration: timedelta) -> int:
 
 def booth_lane(entries: DataFrame, sizes: ViewSizes) -> DataFrame:
     """``BoothLane`` over entries (watermarked on entry_time, without duplicates): ``kind``
-    (:data:`STATS` or :data:`ROLLING`) and the columns of both views (booth_rolling's rows
-    with null first and last entry times).
+    (a view's name) and the columns of both views (a hopping row's first and last entry
+    times null).
 
     The session must have ``speed_layer.lookups.operators_jar`` on its classpath.
     """
@@ -55,7 +57,8 @@ def booth_lane(entries: DataFrame, sizes: ViewSizes) -> DataFrame:
     )
     found = DataFrame(
         processor.apply(
-            inputs._jdf, _ms(sizes.window), _ms(sizes.rolling_window), _ms(sizes.rolling_slide)
+            inputs._jdf,
+            *(_ms(sizes[name]) for name in ("window", "rolling_window", "rolling_slide")),
         ),
         spark,
     )
@@ -72,10 +75,9 @@ def booth_lane(entries: DataFrame, sizes: ViewSizes) -> DataFrame:
 
 
 def publish_booths(settings: Settings) -> MicroBatchFunction:
-    """foreachBatch: the changed booth_stats and booth_rolling rows to their speed topics,
-    in one Kafka write."""
+    """foreachBatch: the changed rows of the booth lane's views to their speed topics, in one
+    Kafka write."""
     options = kafka_sink_options(settings.kafka)
-    topics = {STATS: settings.topics.speed(STATS), ROLLING: settings.topics.speed(ROLLING)}
 
     def publish(rows: DataFrame, batch_id: int) -> None:
         rows.persist()  # two selects read it below: compute it once
@@ -83,10 +85,10 @@ def publish_booths(settings: Settings) -> MicroBatchFunction:
             write_records(
                 [
                     topic_records(
-                        topics[view.name],
+                        settings.topics.speed(view.name),
                         speed_records(view, rows.where(F.col("kind") == view.name), batch_id),
                     )
-                    for view in (BOOTH_STATS, BOOTH_ROLLING)
+                    for view in BOOTH_LANE_VIEWS
                 ],
                 options,
             )

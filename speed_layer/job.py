@@ -20,15 +20,8 @@ from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 from shared.domain.events import EVENT_TYPES, TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION, EventType
 from shared.domain.validation import DecodedRecords, decode_each_topic
-from shared.domain.view_specs import (
-    DIAGNOSTICS,
-    VEHICLE_VISITS,
-)
-from shared.domain.views import (
-    COUNTED_INPUTS,
-    vehicle_visits,
-    without_duplicates,
-)
+from shared.domain.views.rules import COUNTED_INPUTS, without_duplicates
+from shared.domain.views.view import Inputs, Lane
 from shared.platform.logs import log_event
 from shared.platform.spark_session import spark_session
 from shared.platform.streaming import (
@@ -40,6 +33,7 @@ from shared.platform.streaming import (
     wait_for,
 )
 from shared.settings import Settings
+from shared.settings.views import REGISTERED
 from speed_layer.booths import booth_lane, publish_booths
 from speed_layer.checkpoint import (
     ROCKSDB_PROVIDER,
@@ -125,7 +119,7 @@ def watermarked(events: DataFrame, event_type: EventType, watermark: timedelta) 
 
 def with_event_time(events: DataFrame, event_type: EventType, watermark: timedelta) -> DataFrame:
     """Declare the event-time column and how late its events may be, then drop the
-    duplicates of an event type a view counts (``shared.domain.views.COUNTED_INPUTS``, as the
+    duplicates of an event type a view counts (``shared.domain.views.rules.COUNTED_INPUTS``, as the
     batch layer does): a state store per partition is spent only where it changes a view."""
     events = watermarked(events, event_type, watermark)
     return events.transform(without_duplicates) if event_type.name in COUNTED_INPUTS else events
@@ -182,16 +176,15 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
     # one watermark over the plate's events and hold no copies: speed_layer/lookups.py)
     entries = with_event_time(entry_events, TOLL_ENTRY, settings.views.watermark)
 
-    # compute views: a booth lane (booth_stats, booth_rolling), a plate lane (trips,
-    # alerts, the entries missing a lookup) and the visits, whose session window is
+    # compute views: a booth lane (its views' rows from one per-booth state), a plate
+    # lane (trip and registration candidates, the entries missing a lookup), and a
+    # query of its own for each other view over the entries, whose windows are
     # decided on the entries' watermark alone (the plate lane's waits for exits too)
     sizes = settings.views.sizes
-    booths = booth_lane(entries, sizes)
-    visits = vehicle_visits(entries, sizes.session_gap)
     lookups = entry_lookups(
         everything.of(TOLL_ENTRY), everything.of(TOLL_EXIT),
         everything.of(VEHICLE_REGISTRATION), everything.dead_letters,
-        settings.views.max_trip, settings.views.watermark, settings.views.registration_lookback,
+        sizes["max_trip"], settings.views.watermark, sizes["registration_lookback"],
     )  # fmt: skip
 
     # write sinks, each in its lane (trigger and scheduler pool): the booths and
@@ -202,14 +195,6 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
     lookups_lane = (settings.speed.lookup_trigger, LOOKUPS_POOL)
     slow = (settings.speed.diagnostics_trigger, LOOKUPS_POOL)
     first_phase = [
-        # update: each window's row rewritten as it grows, booth_stats and booth_rolling
-        (
-            booths.writeStream.queryName("speed.booths")
-            .outputMode("update")
-            .foreachBatch(brief_java_errors(publish_booths(settings)))
-            .option("checkpointLocation", str(checkpoint_dir(settings) / "booths")),
-            fast,
-        ),
         # append: a candidate once, when an event makes it, and an entry without
         # one once the watermark has passed what it waits for (a trip:
         # entry_time + max_trip; a registration: entry_time)
@@ -220,23 +205,27 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
             .option("checkpointLocation", str(checkpoint_dir(settings) / "lookups")),
             lookups_lane,
         ),
-        # append: a visit is written once, when the watermark passes its end (last
-        # entry + gap) and no entry can still extend it
-        (view_writer(VEHICLE_VISITS, visits, settings, output_mode="append"), lookups_lane),
     ]
-    second_phase = [
-        # derived: reads the lookups' internal topic, not the input topics
-        (
-            view_writer(
-                DIAGNOSTICS,
-                diagnostic_counts(spark, settings),
-                settings,
-                output_mode="update",
-                derived=True,
-            ),
-            slow,
-        ),
-    ]
+    if any(view.speed.lane is Lane.BOOTHS for view in REGISTERED):
+        # update: each window's row rewritten as it grows
+        booths = (
+            booth_lane(entries, sizes).writeStream.queryName("speed.booths")
+            .outputMode("update")
+            .foreachBatch(brief_java_errors(publish_booths(settings)))
+            .option("checkpointLocation", str(checkpoint_dir(settings) / "booths"))
+        )  # fmt: skip
+        first_phase.insert(0, (booths, fast))
+    second_phase = []
+    for view in REGISTERED:
+        plan = view.speed
+        if plan.lane is Lane.OWN_QUERY:
+            rows = view.compute(Inputs(entries), sizes)
+            writer = view_writer(view.spec, rows, settings, output_mode=plan.output_mode)
+            first_phase.append((writer, fast if plan.fresh else lookups_lane))
+        elif plan.lane is Lane.DERIVED:  # the lookups' internal topic, not the input topics
+            rows = diagnostic_counts(spark, settings)
+            writer = view_writer(view.spec, rows, settings, plan.output_mode, derived=True)
+            second_phase.append((writer, slow))
     # continuous: everything at once; available-now: drain phase by phase
     phases = [first_phase, second_phase] if available_now else [first_phase + second_phase]
     started: list[StreamingQuery] = []

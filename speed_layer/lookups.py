@@ -5,7 +5,7 @@ wait for, in one stateful operator (Spark's ``transformWithState``, event
 time): the Java processor ``jvm/lambdaline/speed/PlateLookups.java``. Its
 foreachBatch function writes what it finds at once: a candidate row of
 ``vehicle_trips`` or ``expired_registrations`` to the speed store, keyed by
-the view key and the candidate's rank (``shared.domain.view_specs``:
+the view key and the candidate's rank (``shared.domain.views.spec``:
 ``Combine.BEST_CANDIDATE``). The serving layer keeps, per view key, the
 candidate the view's rule ranks best: the earliest exit ends a trip; the
 latest registration at or before the entry decides an alert, and withdraws it
@@ -29,10 +29,10 @@ what a plate can still need, and each micro-batch touches the plates that
 changed, not the whole store (the stream-stream joins this replaces scanned
 every row of their state every micro-batch to evict: docs/performance.md).
 
-**One rule, two forms.** The rules are ``shared.domain.views``' (the trip
-condition of :func:`~shared.domain.views.trip_matches`, the lookback of
-:func:`~shared.domain.views.registration_applies`, the candidates' ranks of
-the view specs), which the batch layer runs as SQL; the processor keeps them
+**One rule, two forms.** The rules are the view modules' (the trip condition of
+``shared.domain.views.vehicle_trips.trip_matches``, the lookback of
+``shared.domain.views.expired_registrations.registration_applies``, the
+candidates' ranks of the view specs), which the batch layer runs as SQL; the processor keeps them
 in the form plate state needs, with the sizes passed in from settings. The
 equivalence, generated cross-layer, restart and cluster tests hold the two
 layers to each other. It is Java because the Python state API crosses to the
@@ -60,8 +60,10 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from shared.domain.events import TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION
-from shared.domain.view_specs import EXPIRED_REGISTRATIONS, VEHICLE_TRIPS
-from shared.domain.views import DiagnosticReason, count_diagnostics, trip_candidates
+from shared.domain.views.diagnostics import DiagnosticReason, count_diagnostics
+from shared.domain.views.expired_registrations import SPEC as EXPIRED_REGISTRATIONS
+from shared.domain.views.vehicle_trips import SPEC as VEHICLE_TRIPS
+from shared.domain.views.vehicle_trips import trip_candidates
 from shared.platform.jvm import compiled_jar
 from shared.platform.streaming import MicroBatchFunction, kafka_stream
 from shared.settings import Settings
@@ -254,7 +256,7 @@ def diagnostic_counts(spark: SparkSession, settings: Settings) -> DataFrame:
     with a shorter delay it would drop the missing exits as late. The delay
     only keeps state longer: in update mode a count is written as it changes.
     """
-    delay = settings.views.max_trip + settings.views.watermark
+    delay = settings.views.sizes["max_trip"] + settings.views.watermark
     entries = (
         kafka_stream(spark, settings.kafka, [settings.topics.diagnostic_entries])
         .load()
@@ -267,4 +269,4 @@ def diagnostic_counts(spark: SparkSession, settings: Settings) -> DataFrame:
         .withWatermark("entry_time", f"{int(delay.total_seconds())} seconds")
         .dropDuplicatesWithinWatermark(["event_id", "reason"])
     )
-    return count_diagnostics(entries, settings.views.window)
+    return count_diagnostics(entries, settings.views.sizes["window"])

@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 from shared.domain.topics import DERIVED_QUERY_PREFIX
-from shared.domain.view_specs import ViewSpec
+from shared.domain.views.spec import ViewSpec
 from shared.platform.kafka_security import spark_kafka_options
 from shared.platform.streaming import MicroBatchFunction, brief_java_errors
 from shared.settings import KafkaSettings, Settings

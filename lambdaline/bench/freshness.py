@@ -109,7 +109,7 @@ class FreshnessProbes:
     def send(self) -> Probe:
         """One probe: its entry now, its exit :data:`EXIT_AFTER_S` later."""
         at = _now()
-        window = format_instant(bucket_start(at, self.settings.views.window))
+        window = format_instant(bucket_start(at, self.settings.views.sizes["window"]))
         with self._lock:
             ordinal = 1 + sum(1 for probe in self.probes if probe.window == window)
             probe = Probe(at, format_instant(at), window, ordinal)

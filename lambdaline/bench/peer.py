@@ -1,7 +1,7 @@
 """The batch recompute as plain DuckDB SQL over the master dataset: a single-machine peer.
 
-It runs the views' reference SQL (:func:`shared.domain.views.reference_sql`: the view
-rules stated again apart from the Spark functions) over the same Parquet the batch
+It runs the registered views' reference SQL (:func:`shared.domain.views.reference_sql`:
+the view rules stated again apart from the Spark functions) over the same Parquet the batch
 layer reads, so equal row counts also cross-check the Spark result. An entry's first
 copy is the first in source order, as the batch layer keeps it; exits and
 registrations keep their copies (a copy cannot change a ``min`` or the registration
@@ -17,6 +17,7 @@ import duckdb
 from shared.domain.views import reference_sql
 from shared.platform.batch_store import STORE_TABLES
 from shared.settings import Settings
+from shared.settings.views import REGISTERED
 
 SOURCE_ORDER = "source_timestamp, source_topic, source_partition, source_offset"
 
@@ -31,7 +32,7 @@ def peer_statements(settings: Settings, threads: int) -> str:
         )
         return f"SELECT * REPLACE ({_naive_instants(topic, settings)}) FROM ({read})"
 
-    prepare, selects = reference_sql(settings.views.sizes, SOURCE_ORDER)
+    prepare, selects = reference_sql(REGISTERED, settings.views.sizes, SOURCE_ORDER)
     views = "\n".join(f"CREATE TEMP TABLE {name} AS {text};" for name, text in selects.items())
     return f"""
         SET threads = {threads};

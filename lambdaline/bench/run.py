@@ -67,7 +67,6 @@ from serving.speed_consumer import SpeedConsumer
 from shared.domain.events import (
     format_instant,
 )
-from shared.domain.view_specs import VIEW_BY_NAME, VIEW_NAMES
 from shared.platform.batch_store import STORE_TABLE_BY_NAME, read_current, version_file
 from shared.platform.jvm import pom_properties
 from shared.platform.kafka_admin import kafka_consumer, kafka_producer
@@ -75,6 +74,7 @@ from shared.platform.kafka_security import security_environment
 from shared.platform.speed_tables import SpeedTables
 from shared.platform.topic_admin import create_topics
 from shared.settings import Settings
+from shared.settings.views import VIEW_BY_NAME, VIEW_NAMES
 
 RECORDS_PER_ENTRY = 2.06
 """Records the generator sends per entry with its default fractions (measured)."""
@@ -287,7 +287,11 @@ class Bench:
             assert current is not None and watermark is not None
             # finalised: every entry of the row's window is older than the watermark
             # minus max_trip (a missing exit is only known after max_trip)
-            cutoff = watermark - self.settings.views.max_trip - self.settings.views.window
+            cutoff = (
+                watermark
+                - self.settings.views.sizes["max_trip"]
+                - self.settings.views.sizes["window"]
+            )
             cursor = tables.cursor()
             path = version_file(self.settings.batch_store, current.version)
             cursor.execute(f"ATTACH '{path}' AS truth (READ_ONLY)")

@@ -625,6 +625,7 @@ def summarise(phases: list[Phase], options: SoakOptions, settings: Settings) -> 
     floor_cpu = cpu_per_event_us(floor.samples) if floor else None
     outage = by_name.get("outage")
     after = by_name.get("recovery")
+    state_fills_after = settings.views.sizes["max_trip"] + settings.views.watermark
     return {
         "options": {
             "rate": options.rate, "minutes": options.minutes, "ramp": list(options.ramp),
@@ -633,7 +634,7 @@ def summarise(phases: list[Phase], options: SoakOptions, settings: Settings) -> 
             "recovery_minutes": options.recovery_minutes,
             "probe_every_s": options.probe_every_s, "sample_s": SAMPLE_S,
         },
-        "state_fills_after_s": (settings.views.max_trip + settings.views.watermark).total_seconds(),
+        "state_fills_after_s": state_fills_after.total_seconds(),
         "trend_window_s": window_s,
         "trend_limits": TREND_LIMITS,
         "window_rates_per_s": {

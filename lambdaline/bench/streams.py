@@ -18,7 +18,7 @@ import socket
 import sys
 import time
 
-from shared.domain.view_specs import VIEW_NAMES
+from shared.settings.views import VIEW_NAMES
 
 HEADERS_TIMEOUT_S = 30.0
 KEY_VARIABLE = "LAMBDALINE_BENCH_KEY"

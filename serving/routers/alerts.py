@@ -10,7 +10,7 @@ from serving.deps import Limit, StoresDep, TimeRangeDep, keyed_router
 from serving.models import response_model
 from serving.queries import ViewQuery
 from serving.responses import view_response, view_rows
-from shared.domain.view_specs import EXPIRED_REGISTRATIONS
+from shared.domain.views.expired_registrations import SPEC as EXPIRED_REGISTRATIONS
 
 router = keyed_router("/v1/alerts", "alerts", views=True)
 

@@ -19,7 +19,8 @@ from serving.deps import (
 from serving.models import response_model
 from serving.queries import ViewQuery, key_known
 from serving.responses import one_key_response, view_response, view_rows
-from shared.domain.view_specs import BOOTH_ROLLING, BOOTH_STATS
+from shared.domain.views.booth_rolling import SPEC as BOOTH_ROLLING
+from shared.domain.views.booth_stats import SPEC as BOOTH_STATS
 from shared.settings import duration_label
 
 router = keyed_router("/v1", "booth stats", views=True)
@@ -43,7 +44,7 @@ async def _stats(
     stores: StoresDep,
     settings: SettingsDep,
 ) -> Response:
-    window = settings.views.window
+    window = settings.views.sizes["window"]
     size = window if granularity is None else GRANULARITIES[granularity]
     if size < window or size % window:
         raise invalid_query(

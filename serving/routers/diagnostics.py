@@ -8,7 +8,7 @@ from serving.deps import Limit, StoresDep, TimeRangeDep, keyed_router
 from serving.models import response_model
 from serving.queries import ViewQuery
 from serving.responses import view_response, view_rows
-from shared.domain.view_specs import DIAGNOSTICS
+from shared.domain.views.diagnostics import SPEC as DIAGNOSTICS
 
 router = keyed_router("/v1", "diagnostics", views=True)
 

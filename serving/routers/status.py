@@ -15,9 +15,9 @@ from serving.deps import (
     worker_token,
 )
 from serving.models import LostInputRange, StateOperator, StatusResponse
-from shared.domain.view_specs import VIEW_NAMES
 from shared.platform.batch_store import BatchVersion
 from shared.settings import Settings, describe_view_settings
+from shared.settings.views import VIEW_NAMES
 
 router = APIRouter(tags=["status"])
 keyed = keyed_router("/v1", "status")

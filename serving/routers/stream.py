@@ -31,10 +31,10 @@ from serving.stream import (
     decode_id,
     wire,
 )
-from shared.domain.view_specs import VIEW_NAMES, VIEWS
 from shared.platform.batch_store import BatchVersion
 from shared.platform.logs import log_event
 from shared.platform.speed_tables import SpeedTables
+from shared.settings.views import VIEW_NAMES, VIEWS
 
 logger = logging.getLogger("lambdaline.serving")
 router = keyed_router("/v1", "stream")

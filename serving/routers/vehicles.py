@@ -8,7 +8,8 @@ from serving.deps import Limit, StoresDep, TimeRangeDep, keyed_router
 from serving.models import response_model
 from serving.queries import ViewQuery
 from serving.responses import one_key_response
-from shared.domain.view_specs import VEHICLE_TRIPS, VEHICLE_VISITS
+from shared.domain.views.vehicle_trips import SPEC as VEHICLE_TRIPS
+from shared.domain.views.vehicle_visits import SPEC as VEHICLE_VISITS
 
 router = keyed_router("/v1", "vehicles", views=True)
 PLATE = "license_plate"

@@ -18,8 +18,8 @@ from serving.models import (
     Problem,
     VersionsResponse,
 )
-from shared.domain.view_specs import VIEW_NAMES
 from shared.platform.batch_store import CORRECTIONS_TABLE, BatchVersion, list_versions
+from shared.settings.views import VIEW_NAMES
 
 router = keyed_router("/v1", "versions")
 

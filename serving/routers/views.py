@@ -20,7 +20,8 @@ from serving.deps import Limit, StoresDep, TimeRangeDep, invalid_query, keyed_ro
 from serving.models import response_model
 from serving.queries import ViewQuery
 from serving.responses import view_response, view_rows
-from shared.domain.view_specs import VIEW_BY_NAME, VIEW_NAMES, VIEWS, ColumnType
+from shared.domain.views.spec import ColumnType
+from shared.settings.views import VIEW_BY_NAME, VIEW_NAMES, VIEWS
 
 router = keyed_router("/v1", "views", views=True)
 

@@ -29,7 +29,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from shared.domain.view_specs import Aggregate, Combine, Horizon, ViewSpec
+from shared.domain.views.spec import Aggregate, Combine, Horizon, ViewSpec
 
 Row = dict[str, Any]
 

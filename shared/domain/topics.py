@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from shared.domain.events import EVENT_TYPES, EventType
-from shared.domain.view_specs import VIEW_NAMES
 
 DIAGNOSTIC_ENTRIES = "internal.diagnostic_entries"
 """The speed layer's internal topic (after the speed prefix) between its per-entry
@@ -71,14 +71,15 @@ class Topics:
     def diagnostic_entries(self) -> str:
         return self.speed(DIAGNOSTIC_ENTRIES)
 
-    def speed_store(self) -> list[str]:
+    def speed_store(self, views: Iterable[str]) -> list[str]:
         """Every topic the speed job writes its state of the views to: the views' own, its
-        progress reports and its internal topic (not ``dead.letters``, an append-only log).
+        progress reports and its internal topic (not ``dead.letters``, an append-only log),
+        for the views named.
 
         They hold the output of one checkpoint; ``lambdaline speed reset`` deletes them
         with it (speed_layer/checkpoint.py says why they go together)."""
         return [
-            *(self.speed(view) for view in VIEW_NAMES),
+            *(self.speed(view) for view in views),
             self.speed_progress,
             self.diagnostic_entries,
         ]

@@ -31,7 +31,8 @@ from typing import Any
 import duckdb
 
 from shared.domain.events import INSTANT_STRFTIME, format_instant, parse_instant
-from shared.domain.view_specs import VIEWS, Column, ColumnType, ViewSpec
+from shared.domain.views.spec import Column, ColumnType, ViewSpec
+from shared.settings.views import VIEWS
 
 DUCKDB_TYPES: Mapping[ColumnType, str] = {
     ColumnType.TEXT: "VARCHAR",

@@ -14,7 +14,6 @@ from typing import Any
 from kafka import TopicPartition
 from kafka.consumer.fetcher import ConsumerRecord
 
-from shared.domain.view_specs import VIEW_NAMES
 from shared.platform.kafka_admin import (
     KafkaTopicsMissingError,
     kafka_consumer,
@@ -22,6 +21,7 @@ from shared.platform.kafka_admin import (
 )
 from shared.platform.speed_tables import BadSpeedRecordError, ChangedRow, SpeedTables
 from shared.settings import Settings
+from shared.settings.views import VIEW_NAMES
 
 Rejected = Callable[[ConsumerRecord, str], None]
 """Told of a record skipped as not a row of its view (or not a progress report), and why."""

@@ -38,9 +38,10 @@ import pyarrow as pa
 from shared.domain.events import parse_instant
 from shared.domain.merge import final_cut
 from shared.domain.topics import DERIVED_QUERY_PREFIX
-from shared.domain.view_specs import VIEWS, Aggregate, Combine, ViewSpec
+from shared.domain.views.spec import Aggregate, Combine, ViewSpec
 from shared.platform.batch_store import DUCKDB_TYPES, STORE_TABLE_BY_NAME, StoreTable, wire_sql
 from shared.settings import ViewSettings
+from shared.settings.views import VIEWS
 
 
 def stored_instant(text: str) -> datetime:
@@ -250,7 +251,7 @@ class SpeedTables:
         """``threads``: DuckDB's (None: its default, one per core); ``views``: the
         settings the ``final`` rules read (None: the defaults)."""
         views = views if views is not None else ViewSettings()
-        self.durations = {"window": views.window, "max_trip": views.max_trip}
+        self.durations = views.sizes
         self.connection = duckdb.connect(config={"threads": threads} if threads else {})
         self._lock = threading.Lock()
         self.watermarks: dict[str, datetime] = {}

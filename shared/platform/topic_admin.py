@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from kafka.admin import NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
-from shared.domain.view_specs import VIEW_NAMES
 from shared.platform.kafka_admin import admin_client, partition_counts
 from shared.settings import KafkaSettings, Settings
+from shared.settings.views import VIEW_NAMES
 
 
 @dataclass(frozen=True)

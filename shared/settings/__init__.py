@@ -27,11 +27,11 @@ import difflib
 import os
 import re
 import tomllib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import timedelta
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, Self, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Self, TypeVar
 
 import pydantic_settings
 from pydantic import (
@@ -56,8 +56,10 @@ from pydantic_settings import (
 )
 
 from shared.domain.topics import Topics, check_topic_name
-from shared.domain.view_specs import ViewSizes
+from shared.domain.views import sizes_of
+from shared.domain.views.view import Size, ViewSizes
 from shared.settings.cron import check_cron
+from shared.settings.views import REGISTERED, VIEW_MODULES_ENV, VIEW_NAMES
 
 ENV_PREFIX = "LAMBDALINE_"
 
@@ -68,7 +70,7 @@ FAILPOINT_ENV = "LAMBDALINE_FAILPOINT"
 """Names where a batch run stops for a test to kill it (:mod:`shared.platform.failpoints`);
 not a setting."""
 
-NOT_SETTINGS = frozenset({CONFIG_ENV, FAILPOINT_ENV})
+NOT_SETTINGS = frozenset({CONFIG_ENV, FAILPOINT_ENV, VIEW_MODULES_ENV})
 """``LAMBDALINE_*`` variables that are read elsewhere, not by :class:`Settings`."""
 
 _DURATION = re.compile(r"^\s*(-?\d+(?:\.\d+)?)\s*(ms|s|m|min|h|d)\s*$")
@@ -414,34 +416,15 @@ class SparkSettings(SettingsGroup):
     )
 
 
-class ViewSettings(SettingsGroup):
-    """Event time and the views' sizes, the same in both layers."""
+class _ViewSettings(SettingsGroup):
+    """Event time, validation, and the views' sizes (one field per
+    ``shared.domain.views.view.Size`` of the registered views), the same in both layers."""
 
-    window: Annotated[PositiveDuration, AfterValidator(_divides_a_day)] = Field(
-        timedelta(minutes=5), description="booth_stats tumbling window (divides a day)"
-    )
-    rolling_window: Annotated[PositiveDuration, AfterValidator(_divides_a_day)] = Field(
-        timedelta(hours=1), description="booth_rolling hopping window's length (divides a day)"
-    )
-    rolling_slide: Annotated[PositiveDuration, AfterValidator(_divides_a_day)] = Field(
-        timedelta(minutes=5),
-        description="how far booth_rolling's windows advance (divides rolling_window)",
-    )
-    session_gap: PositiveDuration = Field(
-        timedelta(minutes=30),
-        description="vehicle_visits: entries of a plate less than this apart are one visit",
-    )
-    max_trip: PositiveDuration = Field(timedelta(hours=1), description="longest entry->exit trip")
     watermark: PositiveDuration = Field(
         timedelta(minutes=2), description="speed-layer lateness bound"
     )
     max_future_skew: PositiveDuration = Field(
         timedelta(hours=1), description="how far event time may lead the Kafka record timestamp"
-    )
-    registration_lookback: PositiveDuration = Field(
-        timedelta(days=400),
-        description="how long a registration applies: an entry uses its plate's latest "
-        "registration recorded at most this long before it",
     )
     dead_letter_bytes: int = Field(
         4096,
@@ -452,27 +435,17 @@ class ViewSettings(SettingsGroup):
     )
 
     @model_validator(mode="after")
-    def _slide_divides_the_rolling_window(self) -> Self:
-        # every entry is in the same number of windows, and a window starts on a
-        # multiple of the slide (so on a day's first instant too)
-        if self.rolling_window % self.rolling_slide != timedelta(0):
-            raise ValueError(
-                f"rolling_slide {duration_label(self.rolling_slide)} must divide "
-                f"rolling_window {duration_label(self.rolling_window)} evenly"
-            )
+    def _sizes_go_together(self) -> Self:
+        sizes = self.sizes
+        for view in REGISTERED:
+            if view.check_sizes is not None:
+                view.check_sizes(sizes)
         return self
 
     @property
     def sizes(self) -> ViewSizes:
-        """The durations the view functions take."""
-        return ViewSizes(
-            window=self.window,
-            rolling_window=self.rolling_window,
-            rolling_slide=self.rolling_slide,
-            session_gap=self.session_gap,
-            max_trip=self.max_trip,
-            registration_lookback=self.registration_lookback,
-        )
+        """The durations the view functions take, by name."""
+        return {size.name: getattr(self, size.name) for size in VIEW_SIZES}
 
     @property
     def labels(self) -> dict[str, str]:
@@ -482,14 +455,30 @@ class ViewSettings(SettingsGroup):
         recomputes every date when they differ from the published version's,
         and the speed job refuses a checkpoint made under others.
         """
-        return {
-            "window": duration_label(self.window),
-            "rolling_window": duration_label(self.rolling_window),
-            "rolling_slide": duration_label(self.rolling_slide),
-            "session_gap": duration_label(self.session_gap),
-            "max_trip": duration_label(self.max_trip),
-            "registration_lookback": duration_label(self.registration_lookback),
-        }
+        return {name: duration_label(value) for name, value in self.sizes.items()}
+
+
+def _size_field(size: Size) -> tuple[Any, Any]:
+    kind = (
+        Annotated[PositiveDuration, AfterValidator(_divides_a_day)]
+        if size.divides_a_day
+        else PositiveDuration
+    )
+    return kind, Field(size.default, description=size.description)
+
+
+VIEW_SIZES = sizes_of(REGISTERED)
+"""Every size the registered views read, each a setting of :class:`ViewSettings`."""
+
+if TYPE_CHECKING:
+    ViewSettings = _ViewSettings
+else:
+    ViewSettings = create_model(
+        "ViewSettings",
+        __base__=_ViewSettings,
+        __doc__=_ViewSettings.__doc__,
+        **{size.name: _size_field(size) for size in VIEW_SIZES},
+    )
 
 
 class SpeedSettings(SettingsGroup):
@@ -500,7 +489,7 @@ class SpeedSettings(SettingsGroup):
     trigger: PositiveDuration = Field(
         timedelta(seconds=1),
         description="micro-batch interval of the continuous speed job's booths query "
-        "(booth_stats, booth_rolling)",
+        "(the booth lane and the fresh views' own queries)",
     )
     lookup_trigger: PositiveDuration = Field(
         timedelta(seconds=2),
@@ -675,6 +664,10 @@ class TopicNames(Topics):
     speed_progress: Annotated[TopicName, Field(description="the speed job's progress reports")] = (
         Topics.speed_progress
     )
+
+    def speed_store(self, views: Iterable[str] = VIEW_NAMES) -> list[str]:
+        """The speed store's topics (``Topics.speed_store``), of every registered view."""
+        return super().speed_store(views)
 
 
 def _topic_names(value: Any) -> Any:

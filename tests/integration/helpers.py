@@ -30,12 +30,12 @@ from lambdaline.kafka_broker import free_port
 from shared.domain.events import EVENT_TYPES
 from shared.domain.merge import best_candidates
 from shared.domain.topics import Topics
-from shared.domain.view_specs import VIEW_BY_NAME
 from shared.platform.batch_store import STORE_TABLE_BY_NAME, read_current, version_file
 from shared.platform.kafka_admin import kafka_consumer, kafka_producer, records_to_end
 from shared.platform.kafka_security import security_environment
 from shared.platform.topic_admin import create_topics
 from shared.settings import Settings
+from shared.settings.views import VIEW_BY_NAME
 from tests.scenarios import Lookback, ThreeDays, entry_value, exit_value, registration_value
 
 

@@ -15,8 +15,10 @@ from typing import Any
 
 import duckdb
 
-from shared.domain.view_specs import VIEWS, ColumnType, ViewSizes
 from shared.domain.views import reference_sql
+from shared.domain.views.spec import ColumnType
+from shared.domain.views.view import ViewSizes
+from shared.settings.views import REGISTERED, VIEWS
 
 INSTANT = "%Y-%m-%dT%H:%M:%S.%gZ"
 
@@ -34,7 +36,7 @@ def oracle_views(
     connection: duckdb.DuckDBPyConnection, sizes: ViewSizes
 ) -> dict[str, list[dict[str, Any]]]:
     """Every view's rows from the connection's ``entries``, ``exits`` and ``registrations``."""
-    prepare, selects = reference_sql(sizes, first_copy="sent")
+    prepare, selects = reference_sql(REGISTERED, sizes, first_copy="sent")
     connection.execute("SET TimeZone = 'UTC'")
     connection.execute(prepare)
     views = {}

@@ -41,7 +41,7 @@ from rich.console import Console
 from batch_layer.run import run_batch
 from serving.main import create_app
 from shared.domain.events import format_instant
-from shared.domain.view_specs import ViewSizes
+from shared.domain.views.view import ViewSizes
 from shared.settings import Settings
 from speed_layer import job
 from tests.integration.helpers import (

@@ -22,17 +22,15 @@ from pyspark.sql import functions as F
 from lambdaline.generator import GeneratorConfig, send_to_kafka
 from shared.domain.events import TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION
 from shared.domain.validation import decode_records
-from shared.domain.view_specs import VIEW_BY_NAME
-from shared.domain.views import (
-    booth_rolling,
-    booth_stats,
-    diagnostics,
-    expired_registrations,
-    vehicle_trips,
-    vehicle_visits,
-    without_duplicates,
-)
+from shared.domain.views.booth_rolling import booth_rolling
+from shared.domain.views.booth_stats import booth_stats
+from shared.domain.views.diagnostics import diagnostics
+from shared.domain.views.expired_registrations import expired_registrations
+from shared.domain.views.rules import without_duplicates
+from shared.domain.views.vehicle_trips import vehicle_trips
+from shared.domain.views.vehicle_visits import vehicle_visits
 from shared.settings import Settings
+from shared.settings.views import VIEW_BY_NAME
 from speed_layer import job
 from speed_layer.speed_store import JSON_OPTIONS
 from tests.integration.helpers import (

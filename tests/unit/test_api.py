@@ -19,7 +19,9 @@ from serving.batch_reader import BatchReader
 from serving.deps import app_settings, speed_consumer, speed_tables
 from serving.main import create_app
 from serving.models import response_model
-from shared.domain.view_specs import BOOTH_ROLLING, BOOTH_STATS, VEHICLE_VISITS
+from shared.domain.views.booth_rolling import SPEC as BOOTH_ROLLING
+from shared.domain.views.booth_stats import SPEC as BOOTH_STATS
+from shared.domain.views.vehicle_visits import SPEC as VEHICLE_VISITS
 from shared.platform.batch_store import version_file
 from shared.platform.speed_tables import SpeedTables
 from shared.settings import Settings

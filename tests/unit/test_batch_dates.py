@@ -35,7 +35,7 @@ def choose(
     return dates_to_recompute(
         run_date=run_date, inventory=found, published_horizon=horizon,
         published_ingest_batch=batch, lookback_days=lookback, max_trip=timedelta(hours=1),
-        registration_lookback=registration_lookback, rolling_window=rolling_window,
+        registration_lookback=registration_lookback, rows_start_before=rolling_window,
         views_changed=views_changed,
     )  # fmt: skip
 

@@ -15,15 +15,13 @@ from shared.domain.merge import (
     roll_up,
     sources_for,
 )
-from shared.domain.view_specs import (
-    BOOTH_ROLLING,
-    BOOTH_STATS,
-    DIAGNOSTICS,
-    EXPIRED_REGISTRATIONS,
-    VEHICLE_TRIPS,
-    VEHICLE_VISITS,
-    Horizon,
-)
+from shared.domain.views.booth_rolling import SPEC as BOOTH_ROLLING
+from shared.domain.views.booth_stats import SPEC as BOOTH_STATS
+from shared.domain.views.diagnostics import SPEC as DIAGNOSTICS
+from shared.domain.views.expired_registrations import SPEC as EXPIRED_REGISTRATIONS
+from shared.domain.views.spec import Horizon
+from shared.domain.views.vehicle_trips import SPEC as VEHICLE_TRIPS
+from shared.domain.views.vehicle_visits import SPEC as VEHICLE_VISITS
 
 
 def at(text: str) -> datetime:

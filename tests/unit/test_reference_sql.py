@@ -20,9 +20,11 @@ import duckdb
 from pyspark.sql import SparkSession
 
 from lambdaline.bench.peer import peer_views
-from shared.domain.view_specs import VIEWS
-from shared.domain.views import all_views, reference_sql, without_duplicates
+from shared.domain.views import compute_views, reference_sql
+from shared.domain.views.rules import without_duplicates
+from shared.domain.views.view import Inputs
 from shared.settings import Settings
+from shared.settings.views import REGISTERED, VIEWS
 
 SIZES = Settings().views.sizes  # 5 min windows, 1 h rolling every 5 min, 30 min gap, ...
 
@@ -114,7 +116,7 @@ def event_tables(connection: duckdb.DuckDBPyConnection) -> None:
 
 
 def test_the_reference_gives_the_rows_worked_out_by_hand() -> None:
-    prepare, selects = reference_sql(SIZES, first_copy="sent")
+    prepare, selects = reference_sql(REGISTERED, SIZES, first_copy="sent")
     with duckdb.connect() as connection:
         event_tables(connection)
         connection.execute(prepare)
@@ -177,7 +179,9 @@ def test_the_spark_functions_give_the_references_rows(spark: SparkSession) -> No
         REGISTRATIONS, "event_id string, registration_id string, license_plate string, "
         "registration_time timestamp, expired boolean",
     )  # fmt: skip
-    views = all_views(without_duplicates(entries), exits, registrations, SIZES)
+    views = compute_views(
+        REGISTERED, Inputs(without_duplicates(entries), exits, registrations), SIZES
+    )
     got = {spec.name: sorted(tuple(row) for row in views[spec.name].collect()) for spec in VIEWS}
-    spark.catalog.clearCache()  # all_views persists its shared parts
+    spark.catalog.clearCache()  # Inputs.shared persists the views' shared parts
     assert got == {view: sorted(rows) for view, rows in EXPECTED.items()}

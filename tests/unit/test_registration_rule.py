@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 
 from pyspark.sql import DataFrame, SparkSession
 
-from shared.domain.views import registrations_at_entry
+from shared.domain.views.expired_registrations import registrations_at_entry
 
 ENTRY_SCHEMA = "event_id string, booth_id string, license_plate string, entry_time timestamp"
 REGISTRATION_SCHEMA = (

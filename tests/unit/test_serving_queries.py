@@ -29,9 +29,11 @@ from serving.batch_reader import BatchSnapshot
 from serving.queries import ViewQuery, encoded_rows, naive_utc, rolled_up_rows
 from serving.responses import encode_rows, reads_on_event_loop
 from shared.domain.merge import Row, Source, merge_at_horizon, roll_up, sources_for
-from shared.domain.view_specs import BOOTH_STATS, VEHICLE_TRIPS, VIEW_BY_NAME
+from shared.domain.views.booth_stats import SPEC as BOOTH_STATS
+from shared.domain.views.vehicle_trips import SPEC as VEHICLE_TRIPS
 from shared.platform.batch_store import STORE_TABLE_BY_NAME, read_current
 from shared.platform.speed_tables import SpeedTables, speed_columns
+from shared.settings.views import VIEW_BY_NAME
 from tests.unit.api_stores import (
     VIEW_SETTINGS,
     booth_row,

@@ -9,7 +9,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from shared.domain.events import EVENT_TYPES, EventType
-from shared.domain.views import COUNTED_INPUTS
+from shared.domain.views.rules import COUNTED_INPUTS
 from speed_layer.job import with_event_time
 
 

@@ -8,7 +8,7 @@ from decimal import Decimal
 
 from pyspark.sql import DataFrame, SparkSession
 
-from shared.domain.view_specs import VEHICLE_TRIPS
+from shared.domain.views.vehicle_trips import SPEC as VEHICLE_TRIPS
 from speed_layer.speed_store import speed_records
 
 

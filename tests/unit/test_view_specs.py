@@ -19,20 +19,14 @@ from pyspark.sql import SparkSession
 from serving.models import response_model, row_model
 from serving.queries import ViewQuery
 from shared.domain.merge import Source, roll_up
-from shared.domain.view_specs import (
-    BOOTH_STATS,
-    VIEWS,
-    Aggregate,
-    Column,
-    ColumnType,
-    Final,
-    RollUp,
-    ViewSpec,
-)
-from shared.domain.views import all_views
+from shared.domain.views import compute_views
+from shared.domain.views.booth_stats import SPEC as BOOTH_STATS
+from shared.domain.views.spec import Aggregate, Column, ColumnType, Final, RollUp, ViewSpec
+from shared.domain.views.view import Inputs
 from shared.platform.batch_store import StoreTable
 from shared.platform.speed_tables import _speed_ddl
 from shared.settings import Settings
+from shared.settings.views import REGISTERED, VIEWS
 from speed_layer.speed_store import speed_records
 
 assert BOOTH_STATS.roll_up is not None
@@ -180,7 +174,7 @@ def test_each_view_function_yields_the_columns_its_spec_declares(spark: SparkSes
         "'' AS license_plate", "CAST(NULL AS timestamp) AS registration_time",
         "'' AS registration_id", "true AS expired", "event_id",
     )  # fmt: skip
-    views = all_views(entries, exits, registrations, Settings().views.sizes)
+    views = compute_views(REGISTERED, Inputs(entries, exits, registrations), Settings().views.sizes)
     columns = {name: tuple(frame.columns) for name, frame in views.items()}
-    spark.catalog.clearCache()  # all_views persists its shared parts
+    spark.catalog.clearCache()  # Inputs.shared persists the views' shared parts
     assert columns == {view.name: view.column_names for view in VIEWS}

@@ -15,21 +15,20 @@ from pyspark.sql import types as T
 from pyspark.testing import assertDataFrameEqual
 
 from shared.domain.events import TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION, EventType
-from shared.domain.view_specs import ViewSizes
-from shared.domain.views import (
-    all_views,
-    booth_stats,
-    diagnostics,
-    expired_registrations,
-    vehicle_trips,
-    without_duplicates,
-)
+from shared.domain.views import compute_views
+from shared.domain.views.booth_stats import booth_stats
+from shared.domain.views.diagnostics import diagnostics
+from shared.domain.views.expired_registrations import expired_registrations
+from shared.domain.views.rules import without_duplicates
+from shared.domain.views.vehicle_trips import vehicle_trips
+from shared.domain.views.view import Inputs
+from shared.settings.views import REGISTERED
 from tests.scenarios import OneDay, Record, as_event, entry
 
 WINDOW = timedelta(minutes=5)
 MAX_TRIP = timedelta(hours=1)
 LOOKBACK = timedelta(days=400)
-SIZES = ViewSizes(
+SIZES = dict(
     window=WINDOW, rolling_window=timedelta(hours=1), rolling_slide=timedelta(minutes=5),
     session_gap=timedelta(minutes=30), max_trip=MAX_TRIP, registration_lookback=LOOKBACK,
 )  # fmt: skip
@@ -187,7 +186,7 @@ def test_all_views_count_entries_of_one_key_row_by_row(
             ],
         )
     )
-    views = all_views(twins, exits, registrations, SIZES)
+    views = compute_views(REGISTERED, Inputs(twins, exits, registrations), SIZES)
     try:
         assertDataFrameEqual(
             views["diagnostics"],

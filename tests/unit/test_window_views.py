@@ -10,7 +10,9 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from shared.domain.events import TOLL_ENTRY
-from shared.domain.views import booth_rolling, vehicle_visits, without_duplicates
+from shared.domain.views.booth_rolling import booth_rolling
+from shared.domain.views.rules import without_duplicates
+from shared.domain.views.vehicle_visits import vehicle_visits
 from tests.scenarios import Windows
 from tests.unit.test_views import events
 
