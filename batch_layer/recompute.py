@@ -180,7 +180,7 @@ def _events(
 ) -> DataFrame:
     """Valid events of these dates, without duplicates where a view counts them, persisted if asked.
 
-    Only entries are counted (``shared.domain.views.COUNTED_INPUTS``): copies of an
+    Only entries are counted (``shared.domain.views.rules.COUNTED_INPUTS``): copies of an
     exit or a registration cannot change the earliest exit or the latest
     registration of an entry, so they are not worth a shuffle and a sort. Only
     the columns the views read are kept (half the time of keeping whole events,

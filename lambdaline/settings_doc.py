@@ -31,6 +31,10 @@ below without `LAMBDALINE_`, lower case (`window = "10m"`; `entries = "my.entrie
 `[topics]`). Durations: `500ms`, `90s`, `5m`, `1h`, `3d`. A bad value or an unknown name
 stops every command, naming the setting and the closest one.
 
+`LAMBDALINE_VIEW_MODULES` is read apart from these: the modules of views to serve besides
+the project's, comma-separated (docs/adding-a-view.md). A view's sizes are settings of
+their own, listed here for the project's views.
+
 This page is written from `shared/settings` by `make docs` (`python -m
 lambdaline.settings_doc`); a unit test checks that it is current.
 

@@ -1,6 +1,6 @@
 """The serving layer's reads: one parameterised query text for both stores, then the merge.
 
-Table and column names come from the views' specs (``shared.domain.view_specs``:
+Table and column names come from the views' specs (``shared.domain.views.spec``:
 code, never a request); every value a request brings is a query parameter.
 
 Each store is asked for its side of the horizon only (``shared.domain.merge.sources_for``),

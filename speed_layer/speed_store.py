@@ -2,7 +2,7 @@
 
 A speed-store record is keyed by the view key (its JSON; a candidate's by the
 view key and its rank) and its value holds the view's columns (and a
-candidate's hidden ones: :mod:`shared.domain.view_specs`), times as ISO-8601
+candidate's hidden ones: :mod:`shared.domain.views.spec`), times as ISO-8601
 UTC, plus the ``batch_id`` of the micro-batch that wrote it. Spark's
 foreachBatch may replay a micro-batch after a failure; the replay recomputes
 the same rows from the same checkpointed state, so it writes the same records

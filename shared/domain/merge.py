@@ -2,14 +2,14 @@
 
 For a query, a view's rows come from the batch store below the batch horizon H
 and from the speed store from H on, as its spec's ``horizon`` rule says
-(:class:`shared.domain.view_specs.Horizon`): speed rows below H are ignored (the
+(:class:`shared.domain.views.spec.Horizon`): speed rows below H are ignored (the
 batch layer has recomputed those times from all the data), and so are batch
 rows at or after H. With no batch version published yet (H is None) every row
 comes from the speed store.
 
 Every row says whether it is ``final``: a batch row always is; a speed row once
 the speed watermark W has passed what its view's spec says
-(:class:`shared.domain.view_specs.Final`, :func:`final_cut`). A speed row that
+(:class:`shared.domain.views.spec.Final`, :func:`final_cut`). A speed row that
 is not final is provisional: a later event can still change it.
 
 Coarser granularities are rolled up from the merged base rows, after the
@@ -17,7 +17,7 @@ merge, as the spec's ``roll_up`` says: a bucket that takes rows of both sources
 is ``mixed``, and it is final if all its rows are.
 
 The speed store of a view whose records are candidates
-(:attr:`shared.domain.view_specs.Combine.BEST_CANDIDATE`) holds, per view key,
+(:attr:`shared.domain.views.spec.Combine.BEST_CANDIDATE`) holds, per view key,
 the candidate its rule ranks best (:func:`best_candidates`).
 """
 
@@ -91,7 +91,7 @@ def merge_at_horizon(
     final_before: datetime | str | None = None,
 ) -> list[Row]:
     """The batch rows on the batch side of the horizon plus the speed rows on the other, as
-    the view's ``horizon`` rule says (:class:`shared.domain.view_specs.Horizon`), each
+    the view's ``horizon`` rule says (:class:`shared.domain.views.spec.Horizon`), each
     tagged with its source and whether it is final: every batch row, and the speed rows
     whose ``final.column`` is at or before ``final_before`` (:func:`final_cut`; None:
     none is).

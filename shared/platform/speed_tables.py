@@ -2,7 +2,7 @@
 
 The speed layer publishes each view to a compacted topic whose JSON values hold
 the view's columns and the micro-batch id. The records of one view key combine
-as the view's spec says (``shared.domain.view_specs.Combine``): for most views
+as the view's spec says (``shared.domain.views.spec.Combine``): for most views
 one record per view key, the latest value kept (a record whose ``batch_id`` is
 older than the one held is ignored: a replayed micro-batch never moves a row
 back); for a view of candidates, one record per candidate, the one its rule

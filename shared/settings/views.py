@@ -22,8 +22,9 @@ names, say ``mycompany.views.heavy_vehicles``); not a setting of its own."""
 
 
 def registered_modules(environ: Mapping[str, str] = os.environ) -> tuple[str, ...]:
+    """The project's view modules, then those the variable adds (each once, in order)."""
     extra = [name.strip() for name in environ.get(VIEW_MODULES_ENV, "").split(",")]
-    return (*VIEW_MODULES, *(name for name in extra if name and name not in VIEW_MODULES))
+    return tuple(dict.fromkeys([*VIEW_MODULES, *(name for name in extra if name)]))
 
 
 REGISTERED: tuple[View, ...] = load_views(registered_modules())

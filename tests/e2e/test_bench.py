@@ -26,7 +26,11 @@ def test_bench_writes_results_report_and_charts(tmp_path: Path) -> None:
         sys.executable, "-m", "lambdaline.cli", "bench", "--events", "3000",
         "--out", str(tmp_path), "--probes", "2", "--load-rates", "10", "--load-seconds", "1",
     ]  # fmt: skip
-    env = {**os.environ, "LAMBDALINE_KAFKA_HEAP": "512m"}
+    # a view added from outside the project (tests.views.heavy_vehicles) is compared too
+    env = {
+        **os.environ, "LAMBDALINE_KAFKA_HEAP": "512m",
+        "LAMBDALINE_VIEW_MODULES": "tests.views.heavy_vehicles",
+    }  # fmt: skip
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     [folder] = list(tmp_path.iterdir())
@@ -65,15 +69,16 @@ def test_bench_writes_results_report_and_charts(tmp_path: Path) -> None:
     peer = results["peer_duckdb_batch"]
     assert peer["events_per_s"] > 0
     assert peer["row_counts_equal_spark"] is True
+    assert peer["row_counts"]["heavy_vehicles"] > 0  # the added view, by its reference SQL
 
     accuracy = results["accuracy"]
     assert set(accuracy["views"]) == {
         "booth_stats", "vehicle_trips", "expired_registrations", "diagnostics", "booth_rolling",
-        "vehicle_visits",
+        "vehicle_visits", "heavy_vehicles",
     }  # fmt: skip
     for counts in accuracy["views"].values():
         assert set(counts) == {"equal", "different", "missing", "extra"}
-    for view in ("booth_stats", "booth_rolling", "vehicle_visits"):
+    for view in ("booth_stats", "booth_rolling", "vehicle_visits", "heavy_vehicles"):
         assert accuracy["views"][view]["equal"] > 0, view
     assert accuracy["dead_letters"] == {"batch": malformed, "speed": malformed}
 

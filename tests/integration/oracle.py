@@ -11,14 +11,15 @@ decimals), in key order.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import duckdb
 
 from shared.domain.views import reference_sql
 from shared.domain.views.spec import ColumnType
-from shared.domain.views.view import ViewSizes
-from shared.settings.views import REGISTERED, VIEWS
+from shared.domain.views.view import View, ViewSizes
+from shared.settings.views import REGISTERED
 
 INSTANT = "%Y-%m-%dT%H:%M:%S.%gZ"
 
@@ -33,17 +34,19 @@ def _as_written(name: str, kind: ColumnType) -> str:
 
 
 def oracle_views(
-    connection: duckdb.DuckDBPyConnection, sizes: ViewSizes
+    connection: duckdb.DuckDBPyConnection,
+    sizes: ViewSizes,
+    views: Sequence[View] = REGISTERED,
 ) -> dict[str, list[dict[str, Any]]]:
-    """Every view's rows from the connection's ``entries``, ``exits`` and ``registrations``."""
-    prepare, selects = reference_sql(REGISTERED, sizes, first_copy="sent")
+    """Each view's rows from the connection's ``entries``, ``exits`` and ``registrations``."""
+    prepare, selects = reference_sql(views, sizes, first_copy="sent")
     connection.execute("SET TimeZone = 'UTC'")
     connection.execute(prepare)
-    views = {}
-    for spec in VIEWS:
+    rows = {}
+    for spec in (view.spec for view in views):
         columns = ", ".join(_as_written(column.name, column.type) for column in spec.columns)
         key = ", ".join(spec.key)  # the written instants order as the instants
         result = connection.execute(f"SELECT {columns} FROM ({selects[spec.name]}) ORDER BY {key}")
         names = [column[0] for column in result.description]
-        views[spec.name] = [dict(zip(names, row, strict=True)) for row in result.fetchall()]
-    return views
+        rows[spec.name] = [dict(zip(names, row, strict=True)) for row in result.fetchall()]
+    return rows

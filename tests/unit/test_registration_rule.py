@@ -1,4 +1,4 @@
-"""The registration rule (``shared.domain.views.registrations_at_entry``) on static DataFrames.
+"""The registration rule (``shared.domain.views.expired_registrations.registrations_at_entry``) on static DataFrames.
 
 Every expected row is written by hand from the events listed in the test.
 """

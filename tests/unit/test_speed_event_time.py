@@ -1,4 +1,4 @@
-"""The speed job drops duplicates exactly where the batch layer does (shared.domain.views.COUNTED_INPUTS)."""
+"""The speed job drops duplicates exactly where the batch layer does (shared.domain.views.rules.COUNTED_INPUTS)."""
 
 from __future__ import annotations
 

@@ -86,7 +86,7 @@ class Candidates:
     """How the candidates of one view key are ranked, and which of them are rows.
 
     The same rule picks a view's row from its candidates in both layers: the
-    batch layer by an aggregate per view key (``shared.domain.views.best_candidates``),
+    batch layer by an aggregate per view key (``shared.domain.views.rules.best_candidates``),
     the serving layer as it materialises the speed store (``shared.platform.speed_tables``).
     """
 

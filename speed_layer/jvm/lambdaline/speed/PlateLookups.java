@@ -26,7 +26,7 @@ import scala.jdk.javaapi.CollectionConverters;
  * stateful operator keyed by licence plate (Spark's transformWithState, event time).
  *
  * <p>The rules are {@code shared.domain.views}' ({@code trip_matches}, {@code
- * registration_applies}, the candidates' ranks in {@code view_specs}), kept here in the form
+ * registration_applies}, the candidates' ranks in {@code shared.domain.views.spec}), kept here in the form
  * plate state needs: a trip's candidate is an exit of the entry's booth in [entry, entry +
  * maxTrip], the earliest best; a registration's is one of the plate recorded in [entry -
  * lookback, entry], the greatest (time, id, event id) best. The equivalence, cross-layer and
@@ -260,7 +260,7 @@ public final class PlateLookups extends StatefulProcessor<String, Row, Row> {
       return RANK.compare(this, other) > 0;
     }
 
-    /** {@code shared.domain.views.registration_applies}. */
+    /** {@code shared.domain.views.expired_registrations.registration_applies}. */
     boolean appliesTo(long entryMs, long lookbackMs) {
       return ms <= entryMs && ms + lookbackMs >= entryMs;
     }
@@ -359,7 +359,7 @@ public final class PlateLookups extends StatefulProcessor<String, Row, Row> {
       }
     }
 
-    /** {@code shared.domain.views.trip_matches}: its booth, in [entry, entry + maxTrip]. */
+    /** {@code shared.domain.views.vehicle_trips.trip_matches}: its booth, in [entry, entry + maxTrip]. */
     Exit earliestExit(Entry entry, long maxTripMs) {
       Exit best = null;
       for (Exit exit : exits) {

@@ -1,0 +1,1 @@
+"""Views defined outside the project, registered by ``LAMBDALINE_VIEW_MODULES``."""
