@@ -16,7 +16,7 @@ from rich.table import Column, Table
 from rich.text import Text
 
 from batch_layer import ingest_reset
-from batch_layer.master import MasterDatasetError
+from batch_layer.master import MasterDataset, MasterDatasetError
 from batch_layer.publish import rollback, run_lock
 from batch_layer.run import (
     RunReport,
@@ -270,7 +270,7 @@ def batch_reset_ingest(
                     raise _fail("nothing changed: confirm with --yes where there is no terminal")
                 if not typer.confirm("Begin a new ingest checkpoint?"):
                     raise _fail("nothing changed")
-            ingest_reset.carry_out(spark, settings, reset)
+            ingest_reset.carry_out(spark, MasterDataset.of(settings), reset)
     except (BatchStoreError, MasterDatasetError, KafkaNotReadyError, OSError) as error:
         raise _fail(str(error)) from None
     finally:

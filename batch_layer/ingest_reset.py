@@ -37,10 +37,8 @@ from batch_layer.master import (
     INGEST_BATCH,
     START_FILE,
     IngestStart,
+    MasterDataset,
     MasterDatasetError,
-    dead_letters_location,
-    events_location,
-    ingest_checkpoint,
 )
 from batch_layer.recompute import read_inventory
 from shared.domain.events import EVENT_TYPES
@@ -135,19 +133,19 @@ def plan(spark: SparkSession, settings: Settings) -> IngestResetPlan:
     records Kafka no longer has. Raises MasterDatasetError if there is nothing
     to go on from, or the log does not account for the stored batches.
     """
-    checkpoint = ingest_checkpoint(settings)
+    dataset = MasterDataset.of(settings)
+    checkpoint = dataset.ingest_checkpoint
     has_checkpoint = bool(hadoop_files.glob(spark, f"{checkpoint}/*"))
-    stored = read_inventory(spark, settings).batches()
+    stored = read_inventory(spark, dataset).batches()
     if not has_checkpoint and not stored:
         raise MasterDatasetError(
             f"there is no ingest checkpoint at {checkpoint} and the master dataset stores "
             "nothing: the next `lambdaline batch run` begins both"
         )
-    master = settings.master_location
-    logged = ingest_log.logged_batches(spark, master)
+    logged = ingest_log.logged_batches(spark, dataset.location)
     try:
         unfinished = ingest_log.unfinished(stored, logged)
-        newest = ingest_log.read_entry(spark, master, max(logged)) if logged else None
+        newest = ingest_log.read_entry(spark, dataset.location, max(logged)) if logged else None
     except ValueError as error:
         raise MasterDatasetError(str(error)) from None
     topics = settings.topics.inputs()
@@ -169,13 +167,11 @@ def plan(spark: SparkSession, settings: Settings) -> IngestResetPlan:
     )
 
 
-def _locations(settings: Settings) -> list[str]:
-    return [events_location(settings, kind) for kind in EVENT_TYPES] + [
-        dead_letters_location(settings)
-    ]
+def _locations(dataset: MasterDataset) -> list[str]:
+    return [dataset.events(kind) for kind in EVENT_TYPES] + [dataset.dead_letters]
 
 
-def carry_out(spark: SparkSession, settings: Settings, reset: IngestResetPlan) -> None:
+def carry_out(spark: SparkSession, dataset: MasterDataset, reset: IngestResetPlan) -> None:
     """Delete the unfinished batch's partitions, record the records Kafka lost, set the
     old checkpoint aside and begin the new one with its :class:`IngestStart`.
 
@@ -184,10 +180,10 @@ def carry_out(spark: SparkSession, settings: Settings, reset: IngestResetPlan) -
     the reset run again goes on from the ingest log all the same.
     """
     for batch in reset.unfinished:
-        for location in _locations(settings):
+        for location in _locations(dataset):
             for folder in hadoop_files.glob(spark, f"{location}/*/{INGEST_BATCH}={batch}"):
                 hadoop_files.delete(spark, folder)
-    ingest_log.record_lost(spark, settings.master_location, reset.lost)
+    ingest_log.record_lost(spark, dataset.location, reset.lost)
     if reset.aside is not None:
         hadoop_files.rename(spark, reset.checkpoint, reset.aside)
     hadoop_files.write_new(spark, f"{reset.checkpoint}/{START_FILE}", reset.start.render())

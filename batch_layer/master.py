@@ -1,6 +1,6 @@
 """The master dataset: every input record, immutable, append-only, in Parquet.
 
-Layout under ``settings.master_location`` (a local path or any Hadoop URL)::
+Layout under its location (:class:`MasterDataset`: a local path or any Hadoop URL)::
 
     topic=toll.entries/event_date=2026-11-21/ingest_batch=3/part-*.parquet
     topic=toll.exits/...
@@ -41,6 +41,7 @@ from pyspark.sql import types as T
 
 from batch_layer import hadoop_files, ingest_log
 from shared.domain.events import EVENT_TYPES, EventType
+from shared.domain.topics import Topics
 from shared.domain.validation import (
     DEAD_LETTER_SCHEMA,
     RAW_COLUMNS,
@@ -60,7 +61,7 @@ from shared.platform.streaming import (
     stop_requests,
     wait_for,
 )
-from shared.settings import Settings
+from shared.settings import Settings, ViewSettings
 
 logger = logging.getLogger("lambdaline.batch")
 
@@ -70,16 +71,30 @@ INGEST_BATCH = "ingest_batch"
 DEAD_LETTERS_DIR = "dead_letters"
 
 
-def events_location(settings: Settings, event_type: EventType) -> str:
-    return f"{settings.master_location}/topic={settings.topics.of(event_type)}"
+@dataclass(frozen=True)
+class MasterDataset:
+    """Where the master dataset and its parts live: what the functions here read of the
+    settings (``Settings.master_location`` and the input topics' names)."""
 
+    location: str
+    """A path or a Hadoop URL, no trailing ``/``."""
+    topics: Topics
 
-def dead_letters_location(settings: Settings) -> str:
-    return f"{settings.master_location}/{DEAD_LETTERS_DIR}"
+    @classmethod
+    def of(cls, settings: Settings) -> MasterDataset:
+        return cls(settings.master_location, settings.topics)
 
+    def events(self, event_type: EventType) -> str:
+        """Where the valid events of one type live."""
+        return f"{self.location}/topic={self.topics.of(event_type)}"
 
-def ingest_checkpoint(settings: Settings) -> str:
-    return f"{settings.master_location}/_checkpoints/ingest"
+    @property
+    def dead_letters(self) -> str:
+        return f"{self.location}/{DEAD_LETTERS_DIR}"
+
+    @property
+    def ingest_checkpoint(self) -> str:
+        return f"{self.location}/_checkpoints/ingest"
 
 
 def _source_fields() -> list[T.StructField]:
@@ -185,9 +200,9 @@ class IngestStart:
         return json.dumps(document, indent=2, sort_keys=True) + "\n"
 
 
-def ingest_start(spark: SparkSession, settings: Settings) -> IngestStart:
+def ingest_start(spark: SparkSession, master: MasterDataset) -> IngestStart:
     """The ingest checkpoint's :class:`IngestStart` (the default if it has none)."""
-    location = f"{ingest_checkpoint(settings)}/{START_FILE}"
+    location = f"{master.ingest_checkpoint}/{START_FILE}"
     text = hadoop_files.read_text(spark, location)
     if text is None:
         return IngestStart()
@@ -210,40 +225,40 @@ def ingest_start(spark: SparkSession, settings: Settings) -> IngestStart:
     return IngestStart(first, offsets)
 
 
-def last_ingest_batch(spark: SparkSession, settings: Settings) -> int | None:
+def last_ingest_batch(spark: SparkSession, master: MasterDataset) -> int | None:
     """The newest ingest batch the checkpoint has committed (the master dataset's
     numbering), or None."""
-    return _newest_in_checkpoint(spark, settings, "commits")
+    return _newest_in_checkpoint(spark, master, "commits")
 
 
-def newest_ingest_batch_begun(spark: SparkSession, settings: Settings) -> int | None:
+def newest_ingest_batch_begun(spark: SparkSession, master: MasterDataset) -> int | None:
     """The newest ingest batch the checkpoint has begun (logged its offsets for), or None.
 
     Spark logs a micro-batch's offsets before it runs it, so no partition of the
     master dataset can have a newer ``ingest_batch`` than this.
     """
-    return _newest_in_checkpoint(spark, settings, "offsets")
+    return _newest_in_checkpoint(spark, master, "offsets")
 
 
-def _newest_in_checkpoint(spark: SparkSession, settings: Settings, log: str) -> int | None:
+def _newest_in_checkpoint(spark: SparkSession, master: MasterDataset, log: str) -> int | None:
     """The newest batch in one of the ingest checkpoint's logs (``offsets``, ``commits``),
     numbered as the master dataset numbers them: after a reset, the batches stored
     before it count as in that log."""
-    newest = newest_spark_batch(spark, settings, log)
-    first = ingest_start(spark, settings).first_batch
+    newest = newest_spark_batch(spark, master, log)
+    first = ingest_start(spark, master).first_batch
     if newest is None:
         return first - 1 if first else None
     return first + newest
 
 
-def newest_spark_batch(spark: SparkSession, settings: Settings, log: str) -> int | None:
+def newest_spark_batch(spark: SparkSession, master: MasterDataset, log: str) -> int | None:
     """The newest micro-batch id (Spark's, from 0) in one of the ingest checkpoint's logs."""
-    entries = hadoop_files.glob(spark, f"{ingest_checkpoint(settings)}/{log}/[0-9]*")
+    entries = hadoop_files.glob(spark, f"{master.ingest_checkpoint}/{log}/[0-9]*")
     ids = [int(path.rsplit("/", 1)[1]) for path in entries]
     return max(ids) if ids else None
 
 
-def check_ingest_checkpoint(settings: Settings, stored: int | None, begun: int | None) -> None:
+def check_ingest_checkpoint(master: MasterDataset, stored: int | None, begun: int | None) -> None:
     """Raise :class:`MasterDatasetError` if the master dataset holds an ingest batch
     (newest: ``stored``) that its checkpoint never began (newest: ``begun``).
 
@@ -256,10 +271,10 @@ def check_ingest_checkpoint(settings: Settings, stored: int | None, begun: int |
     """
     if stored is None or (begun is not None and stored <= begun):
         return
-    checkpoint = ingest_checkpoint(settings)
+    checkpoint = master.ingest_checkpoint
     has = "has begun none" if begun is None else f"has begun only up to {begun}"
     raise MasterDatasetError(
-        f"the master dataset at {settings.master_location} holds ingest micro-batches up to "
+        f"the master dataset at {master.location} holds ingest micro-batches up to "
         f"{stored}, but its ingest checkpoint {checkpoint} {has}: was the checkpoint deleted "
         "or put back from an older copy? Ingesting now would store records a second time. "
         "Put the checkpoint back, or run `lambdaline batch reset-ingest`: it begins a new "
@@ -267,11 +282,11 @@ def check_ingest_checkpoint(settings: Settings, stored: int | None, begun: int |
     )
 
 
-def claim_input_topics(spark: SparkSession, settings: Settings, now: dict[str, str]) -> None:
+def claim_input_topics(spark: SparkSession, master: MasterDataset, now: dict[str, str]) -> None:
     """Record the input topics' ids (``now``) with a new ingest checkpoint; raise
     :class:`shared.platform.topic_ids.TopicsRecreatedError` if one differs from what it recorded.
     """
-    checkpoint = ingest_checkpoint(settings)
+    checkpoint = master.ingest_checkpoint
     location = f"{checkpoint}/{topic_ids.FILE_NAME}"
     text = hadoop_files.read_text(spark, location)
     try:
@@ -301,7 +316,8 @@ def _count_rows(spark: SparkSession, location: str, schema: T.StructType, batch_
 
 
 def _ingest_batch(
-    settings: Settings,
+    master: MasterDataset,
+    views: ViewSettings,
     first_batch: int,
     input_topic_ids: Mapping[str, str],
     on_batch: Callable[[IngestedBatch], None] | None,
@@ -310,15 +326,13 @@ def _ingest_batch(
         batch_id = first_batch + spark_batch_id  # the master dataset's numbering
         spark = batch.sparkSession
         # run again after a crash, the batch is not whole until it is logged again
-        ingest_log.forget(spark, settings.master_location, batch_id)
+        ingest_log.forget(spark, master.location, batch_id)
         # decode once: every output below is a filter of this one persisted frame
-        classified = classify_records(
-            batch, settings.topics, settings.views.max_future_skew
-        ).persist()
+        classified = classify_records(batch, master.topics, views.max_future_skew).persist()
         try:
             records = classified.count()
             decoded = split_classified(
-                classified, settings.topics, settings.views.dead_letter_bytes, keep_raw=True
+                classified, master.topics, views.dead_letter_bytes, keep_raw=True
             )
             for event_type in EVENT_TYPES:
                 events = decoded.of(event_type).select(
@@ -326,23 +340,23 @@ def _ingest_batch(
                     F.to_date(event_type.time_field).alias(EVENT_DATE),
                     F.lit(batch_id).cast(T.LongType()).alias(INGEST_BATCH),
                 )
-                _write_partitions(events, events_location(settings, event_type), EVENT_DATE)
+                _write_partitions(events, master.events(event_type), EVENT_DATE)
             dead_letters = decoded.dead_letters.select(
                 "*",
                 F.to_date("source_timestamp").alias(RECORD_DATE),
                 F.lit(batch_id).cast(T.LongType()).alias(INGEST_BATCH),
             )
-            location = dead_letters_location(settings)
+            location = master.dead_letters
             _write_partitions(dead_letters, location, RECORD_DATE)
             dead = _count_rows(spark, location, MASTER_DEAD_LETTER_SCHEMA, batch_id)
         finally:
             classified.unpersist()
         failpoint("ingest_before_log")
         # Spark logged this micro-batch's offsets before it ran it
-        offsets = f"{ingest_checkpoint(settings)}/offsets/{spark_batch_id}"
+        offsets = f"{master.ingest_checkpoint}/offsets/{spark_batch_id}"
         read_to = ingest_log.spark_offsets(hadoop_files.read_text(spark, offsets), offsets)
         logged = ingest_log.LoggedBatch(batch_id, read_to, dict(input_topic_ids), records, dead)
-        ingest_log.write(spark, settings.master_location, logged)
+        ingest_log.write(spark, master.location, logged)
         failpoint("ingest_before_commit")
         ingested = IngestedBatch(batch_id, records, dead)
         log_event(
@@ -370,7 +384,8 @@ def ingest(
     reader = kafka_stream(spark, settings.kafka, settings.topics.inputs()).option(
         "failOnDataLoss", "true"
     )
-    start = ingest_start(spark, settings)
+    master = MasterDataset.of(settings)
+    start = ingest_start(spark, master)
     if start.starting_offsets is not None:  # read by Spark only when the checkpoint is new
         reader = reader.option("startingOffsets", json.dumps(start.starting_offsets))
     if settings.batch.max_offsets_per_trigger is not None:
@@ -390,10 +405,12 @@ def ingest(
             .writeStream.queryName("batch.ingest")
             .foreachBatch(
                 brief_java_errors(
-                    _ingest_batch(settings, start.first_batch, input_topic_ids, collect)
+                    _ingest_batch(
+                        master, settings.views, start.first_batch, input_topic_ids, collect
+                    )
                 )
             )
-            .option("checkpointLocation", ingest_checkpoint(settings))
+            .option("checkpointLocation", master.ingest_checkpoint)
             .trigger(availableNow=True)
             .start()
         )
@@ -405,33 +422,36 @@ def ingest(
 
 
 def read_events(
-    spark: SparkSession, settings: Settings, event_type: EventType, dates: Iterable[date]
+    spark: SparkSession, master: MasterDataset, event_type: EventType, dates: Iterable[date]
 ) -> DataFrame:
     """The master dataset's valid events of one type on the given event dates."""
     schema = master_schema(event_type)
-    location = events_location(settings, event_type)
+    location = master.events(event_type)
     wanted = sorted(set(dates))
     if not wanted or not hadoop_files.glob(spark, location):
         return spark.createDataFrame([], schema)
     return spark.read.schema(schema).parquet(location).where(F.col(EVENT_DATE).isin(wanted))
 
 
-def read_dead_letters(spark: SparkSession, settings: Settings, dates: Iterable[date]) -> DataFrame:
-    """The master dataset's dead letters whose record timestamp falls on the given dates."""
-    location = dead_letters_location(settings)
+def read_dead_letters(
+    spark: SparkSession, master: MasterDataset, dates: Iterable[date], dead_letter_bytes: int
+) -> DataFrame:
+    """The master dataset's dead letters whose record timestamp falls on the given dates,
+    their raw bytes bounded to ``dead_letter_bytes`` (``ViewSettings.dead_letter_bytes``)."""
+    location = master.dead_letters
     wanted = sorted(set(dates))
     if not wanted or not hadoop_files.glob(spark, location):
         return spark.createDataFrame([], MASTER_DEAD_LETTER_SCHEMA)
     frame = spark.read.schema(MASTER_DEAD_LETTER_SCHEMA).parquet(location)
-    return _bounded_raw(frame.where(F.col(RECORD_DATE).isin(wanted)), settings)
+    return _bounded_raw(frame.where(F.col(RECORD_DATE).isin(wanted)), dead_letter_bytes)
 
 
-def _bounded_raw(dead_letters: DataFrame, settings: Settings) -> DataFrame:
+def _bounded_raw(dead_letters: DataFrame, dead_letter_bytes: int) -> DataFrame:
     """Dead letters with their raw bytes bounded as ``split_classified`` bounds them:
     a master dataset of an earlier release stored them whole (and no length or hash)."""
     bounded = {}
     for name in RAW_COLUMNS:
-        prefix, length, sha256 = bounded_raw(name, settings.views.dead_letter_bytes)
+        prefix, length, sha256 = bounded_raw(name, dead_letter_bytes)
         bounded[name] = prefix
         bounded[f"{name}_length"] = F.coalesce(F.col(f"{name}_length"), length)
         bounded[f"{name}_sha256"] = F.coalesce(F.col(f"{name}_sha256"), sha256)

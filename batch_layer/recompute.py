@@ -29,12 +29,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from batch_layer import master
+from batch_layer.master import MasterDataset
 from shared.domain.events import EVENT_TYPES, TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION, EventType
 from shared.domain.validation import SOURCE_COLUMNS
 from shared.domain.views import compute_views, read_columns
 from shared.domain.views.rules import COUNTED_INPUTS, without_duplicates
 from shared.domain.views.view import Inputs
-from shared.settings import Settings
+from shared.settings import ViewSettings
 from shared.settings.views import REGISTERED
 
 DEAD_LETTERS = "dead_letters"
@@ -78,13 +79,13 @@ class Inventory:
         }
 
 
-def read_inventory(spark: SparkSession, settings: Settings) -> Inventory:
+def read_inventory(spark: SparkSession, dataset: MasterDataset) -> Inventory:
     parts = {}
     for event_type in EVENT_TYPES:
-        location = master.events_location(settings, event_type)
+        location = dataset.events(event_type)
         parts[event_type.name] = frozenset(master.partitions(spark, location, master.EVENT_DATE))
     parts[DEAD_LETTERS] = frozenset(
-        master.partitions(spark, master.dead_letters_location(settings), master.RECORD_DATE)
+        master.partitions(spark, dataset.dead_letters, master.RECORD_DATE)
     )
     return Inventory(parts)
 
@@ -173,7 +174,7 @@ def dates_to_recompute(
 
 def _events(
     spark: SparkSession,
-    settings: Settings,
+    dataset: MasterDataset,
     event_type: EventType,
     dates: Iterable[date],
     persist: bool = False,
@@ -190,7 +191,7 @@ def _events(
     caching them would only cost the time to build the cache.
     """
     kept = VIEW_INPUTS[event_type.name]
-    events = master.read_events(spark, settings, event_type, dates)
+    events = master.read_events(spark, dataset, event_type, dates)
     if event_type.name in COUNTED_INPUTS:
         dedup = dict.fromkeys(["event_id", *kept, *SOURCE_COLUMNS])  # ordered, without repeats
         events = events.select(*dedup).transform(without_duplicates)
@@ -199,7 +200,11 @@ def _events(
 
 
 def recompute(
-    spark: SparkSession, settings: Settings, inventory: Inventory, dates: list[date]
+    spark: SparkSession,
+    dataset: MasterDataset,
+    views: ViewSettings,
+    inventory: Inventory,
+    dates: list[date],
 ) -> dict[str, DataFrame]:
     """Every view, and the dead letters, for these event dates from the master dataset.
 
@@ -209,7 +214,7 @@ def recompute(
     registrations from ``registration_lookback`` days before the first to the
     last.
     """
-    sizes = settings.views.sizes
+    sizes = views.sizes
     first, last = min(dates, default=date.min), max(dates, default=date.min)
     exit_dates = {
         day + timedelta(days=n) for day in dates for n in range(days_spanned(sizes["max_trip"]) + 1)
@@ -220,18 +225,18 @@ def recompute(
         for day, _ in inventory.parts.get(VEHICLE_REGISTRATION.name, ())
         if (day - first).days >= -lookback_days and day <= last
     }
-    entries = _events(spark, settings, TOLL_ENTRY, dates, persist=True)
+    entries = _events(spark, dataset, TOLL_ENTRY, dates, persist=True)
     around = set().union(*(_around(day) for day in dates))
-    spanning = _events(spark, settings, TOLL_ENTRY, around, persist=True)
-    exits = _events(spark, settings, TOLL_EXIT, exit_dates)
-    registrations = _events(spark, settings, VEHICLE_REGISTRATION, registration_dates)
-    views = compute_views(REGISTERED, Inputs(entries, exits, registrations, spanning), sizes)
+    spanning = _events(spark, dataset, TOLL_ENTRY, around, persist=True)
+    exits = _events(spark, dataset, TOLL_EXIT, exit_dates)
+    registrations = _events(spark, dataset, VEHICLE_REGISTRATION, registration_dates)
+    rows = compute_views(REGISTERED, Inputs(entries, exits, registrations, spanning), sizes)
     for view in REGISTERED:  # spanning: the rows of the dates asked for, the others lack entries
         if view.spanning:
             day = F.to_date(view.spec.time_column)
-            views[view.name] = views[view.name].where(day.isin(sorted(dates)))
-    views[DEAD_LETTERS] = master.read_dead_letters(spark, settings, dates)
-    return views
+            rows[view.name] = rows[view.name].where(day.isin(sorted(dates)))
+    rows[DEAD_LETTERS] = master.read_dead_letters(spark, dataset, dates, views.dead_letter_bytes)
+    return rows
 
 
 def release(spark: SparkSession) -> None:

@@ -171,14 +171,15 @@ def run_batch(
     ):
         # ingest: Kafka -> master dataset, exactly once
         with _step(report, "ingest", progress, "ingest Kafka -> master dataset", cpu_clock) as task:
-            master.require_master_location(spark, settings.master_location)
+            dataset = master.MasterDataset.of(settings)
+            master.require_master_location(spark, dataset.location)
             master.check_ingest_checkpoint(
-                settings,
-                stored=read_inventory(spark, settings).newest_batch(),
-                begun=master.newest_ingest_batch_begun(spark, settings),
+                dataset,
+                stored=read_inventory(spark, dataset).newest_batch(),
+                begun=master.newest_ingest_batch_begun(spark, dataset),
             )
             now = topic_ids.current(settings.kafka, settings.topics.inputs())
-            master.claim_input_topics(spark, settings, now)
+            master.claim_input_topics(spark, dataset, now)
             try:  # what the master dataset will never hold, for the version to list
                 lost_input = ingest_log.lost_input(spark, settings.master_location)
             except ValueError as error:
@@ -196,7 +197,7 @@ def run_batch(
                 )
 
             master.ingest(spark, settings, now, on_batch=ingested)
-            ingest_batch = master.last_ingest_batch(spark, settings)
+            ingest_batch = master.last_ingest_batch(spark, dataset)
 
         # recompute: the dates this version must replace, by the shared views
         with _step(report, "recompute", progress, "recompute views", cpu_clock) as task:
@@ -212,7 +213,7 @@ def run_batch(
                 log_event(
                     logger, "batch_views_added", published_version=published.version, views=added
                 )
-            inventory = read_inventory(spark, settings)
+            inventory = read_inventory(spark, dataset)
             sizes = settings.views.sizes
             dates = dates_to_recompute(
                 run_date=run_date,
@@ -229,7 +230,7 @@ def run_batch(
             progress.update(task, description=f"recompute {len(dates)} dates")
             fresh = empty_store_tables()
             if dates:
-                views = recompute(spark, settings, inventory, dates)
+                views = recompute(spark, dataset, settings.views, inventory, dates)
                 for table in STORE_TABLES:
                     progress.update(task, description=f"recompute {len(dates)} dates: {table.name}")
                     fresh[table.name] = as_store_rows(views[table.name], table.name)

@@ -22,8 +22,7 @@ from pyspark.sql import SparkSession
 from batch_layer import hadoop_files
 from batch_layer.master import (
     MASTER_DEAD_LETTER_SCHEMA,
-    dead_letters_location,
-    events_location,
+    MasterDataset,
     master_schema,
 )
 from lambdaline.kafka_broker import free_port
@@ -298,8 +297,9 @@ def send_three_days(settings: Settings) -> None:
 def master_coordinates(spark: SparkSession, settings: Settings) -> Counter[tuple[str, int, int]]:
     """The source record (topic, partition, offset) of every valid event and dead letter
     in the master dataset, counted."""
-    kinds = [(events_location(settings, t), master_schema(t)) for t in EVENT_TYPES]
-    kinds.append((dead_letters_location(settings), MASTER_DEAD_LETTER_SCHEMA))
+    dataset = MasterDataset.of(settings)
+    kinds = [(dataset.events(t), master_schema(t)) for t in EVENT_TYPES]
+    kinds.append((dataset.dead_letters, MASTER_DEAD_LETTER_SCHEMA))
     rows = []
     for location, schema in kinds:
         if not hadoop_files.glob(spark, location):  # nothing of that kind stored yet

@@ -28,9 +28,8 @@ from rich.console import Console
 from batch_layer import ingest_reset
 from batch_layer.master import (
     EVENT_DATE,
+    MasterDataset,
     MasterDatasetError,
-    events_location,
-    ingest_checkpoint,
     last_ingest_batch,
     partitions,
     read_dead_letters,
@@ -342,7 +341,9 @@ def test_a_deleted_ingest_checkpoint_is_refused_then_a_reset_ingest_goes_on_from
     ingested_once: Settings, spark: SparkSession
 ) -> None:
     settings = ingested_once
-    recorded = json.loads((Path(ingest_checkpoint(settings)) / "input_topic_ids.json").read_text())
+    recorded = json.loads(
+        (Path(MasterDataset.of(settings).ingest_checkpoint) / "input_topic_ids.json").read_text()
+    )
     # the master dataset logs batch 0 as stored whole, with what it had read
     logged = json.loads(Path(f"{settings.master_location}/_ingest_log/0.json").read_text())
     topics = settings.topics
@@ -357,7 +358,7 @@ def test_a_deleted_ingest_checkpoint_is_refused_then_a_reset_ingest_goes_on_from
         "dead_letters": len(ThreeDays.MALFORMED),
     }  # fmt: skip
     served = read_current(settings.batch_store)
-    checkpoint = Path(ingest_checkpoint(settings))
+    checkpoint = Path(MasterDataset.of(settings).ingest_checkpoint)
     shutil.rmtree(checkpoint)  # as a user "cleaning up checkpoints" would
     stored = files_under(Path(settings.master_location))
 
@@ -382,8 +383,11 @@ def test_a_deleted_ingest_checkpoint_is_refused_then_a_reset_ingest_goes_on_from
 
     report = batch(spark, settings, D)
     assert report.records_ingested == 1  # e7 alone: nothing stored is stored again
-    assert read_events(spark, settings, TOLL_ENTRY, ALL_DAYS).count() == len(ThreeDays.ENTRIES) + 1
-    written = partitions(spark, events_location(settings, TOLL_ENTRY), EVENT_DATE)
+    assert (
+        read_events(spark, MasterDataset.of(settings), TOLL_ENTRY, ALL_DAYS).count()
+        == len(ThreeDays.ENTRIES) + 1
+    )
+    written = partitions(spark, MasterDataset.of(settings).events(TOLL_ENTRY), EVENT_DATE)
     assert {batch_id for _, batch_id in written} == {0, 1}
     assert [row["booth_id"] for row in batch_rows(settings, "booth_stats")] == [
         "b1",
@@ -410,7 +414,7 @@ def test_input_topics_created_again_are_refused_then_a_reset_ingest_goes_on_into
     ingested_once: Settings, spark: SparkSession
 ) -> None:
     settings = ingested_once
-    checkpoint = ingest_checkpoint(settings)
+    checkpoint = MasterDataset.of(settings).ingest_checkpoint
     recorded = json.loads((Path(checkpoint) / "input_topic_ids.json").read_text())
     assert sorted(recorded) == sorted(settings.topics.inputs())
     served = read_current(settings.batch_store)
@@ -450,10 +454,12 @@ def test_input_topics_created_again_are_refused_then_a_reset_ingest_goes_on_into
     report = batch(spark, settings, D)  # ingest batch 1: every record again, and e7
     sent = len(ThreeDays.ENTRIES + ThreeDays.MALFORMED + ThreeDays.EXITS + ThreeDays.REGISTRATIONS)
     assert report.records_ingested == sent + 1
-    written = partitions(spark, events_location(settings, TOLL_ENTRY), EVENT_DATE)
+    written = partitions(spark, MasterDataset.of(settings).events(TOLL_ENTRY), EVENT_DATE)
     assert {batch_id for _, batch_id in written} == {0, 1}
     master = {
-        event_type.name: read_events(spark, settings, event_type, ALL_DAYS).count()
+        event_type.name: read_events(
+            spark, MasterDataset.of(settings), event_type, ALL_DAYS
+        ).count()
         for event_type in EVENT_TYPES
     }
     assert master == {
@@ -517,7 +523,10 @@ def test_records_deleted_before_the_ingest_read_them_stop_it_until_a_reset_inges
 
     report = batch(spark, settings, D)
     assert report.records_ingested == 1  # e7 alone: nothing stored is stored again
-    assert read_events(spark, settings, TOLL_ENTRY, ALL_DAYS).count() == len(ThreeDays.ENTRIES) + 1
+    assert (
+        read_events(spark, MasterDataset.of(settings), TOLL_ENTRY, ALL_DAYS).count()
+        == len(ThreeDays.ENTRIES) + 1
+    )
     assert [row["booth_id"] for row in batch_rows(settings, "booth_stats")] == [
         "b1",
         "b1",
@@ -533,7 +542,7 @@ def test_a_reset_ingest_deletes_what_a_batch_killed_while_writing_wrote(
     settings = ingested_once
     send(settings, settings.topics.entries, [NEW_ENTRY])
     kill_at_failpoint(settings, "ingest_before_log")  # batch 1 written, never logged
-    written = partitions(spark, events_location(settings, TOLL_ENTRY), EVENT_DATE)
+    written = partitions(spark, MasterDataset.of(settings).events(TOLL_ENTRY), EVENT_DATE)
     assert {batch_id for _, batch_id in written} == {0, 1}
     # then the broker's data is lost; the producers send e7 again
     delete_topics(settings.kafka, settings.topics.inputs())
@@ -547,13 +556,16 @@ def test_a_reset_ingest_deletes_what_a_batch_killed_while_writing_wrote(
     assert (
         "It deletes the partitions of ingest batch 1, which a run stopped while writing it" in said
     )
-    written = partitions(spark, events_location(settings, TOLL_ENTRY), EVENT_DATE)
+    written = partitions(spark, MasterDataset.of(settings).events(TOLL_ENTRY), EVENT_DATE)
     assert {batch_id for _, batch_id in written} == {0}
 
     report = batch(spark, settings, D)
     assert report.records_ingested == 1
-    assert read_events(spark, settings, TOLL_ENTRY, ALL_DAYS).count() == len(ThreeDays.ENTRIES) + 1
-    written = partitions(spark, events_location(settings, TOLL_ENTRY), EVENT_DATE)
+    assert (
+        read_events(spark, MasterDataset.of(settings), TOLL_ENTRY, ALL_DAYS).count()
+        == len(ThreeDays.ENTRIES) + 1
+    )
+    written = partitions(spark, MasterDataset.of(settings).events(TOLL_ENTRY), EVENT_DATE)
     assert {batch_id for _, batch_id in written} == {0, 1}
 
 
@@ -561,7 +573,7 @@ def test_a_checkpoint_put_back_from_an_older_copy_is_set_aside_by_a_reset_ingest
     ingested_once: Settings, spark: SparkSession, tmp_path: Path
 ) -> None:
     settings = ingested_once
-    checkpoint = Path(ingest_checkpoint(settings))
+    checkpoint = Path(MasterDataset.of(settings).ingest_checkpoint)
     shutil.copytree(checkpoint, tmp_path / "older")  # after ingest batch 0
     send(settings, settings.topics.entries, [NEW_ENTRY])
     batch(spark, settings, D)  # ingest batch 1: e7, to offset 11
@@ -576,11 +588,14 @@ def test_a_checkpoint_put_back_from_an_older_copy_is_set_aside_by_a_reset_ingest
     starts = {(item.topic, item.partition): item.starts_at for item in reset.starts}
     assert starts[(settings.topics.entries, 0)] == 11
     assert reset.aside is not None
-    ingest_reset.carry_out(spark, settings, reset)
+    ingest_reset.carry_out(spark, MasterDataset.of(settings), reset)
     assert (Path(reset.aside) / "commits" / "0").exists()  # the older copy, set aside
 
     assert batch(spark, settings, D).records_ingested == 0
-    assert read_events(spark, settings, TOLL_ENTRY, ALL_DAYS).count() == len(ThreeDays.ENTRIES) + 1
+    assert (
+        read_events(spark, MasterDataset.of(settings), TOLL_ENTRY, ALL_DAYS).count()
+        == len(ThreeDays.ENTRIES) + 1
+    )
 
 
 @pytest.mark.slow
@@ -593,10 +608,10 @@ def test_kill_9_between_an_ingest_write_and_its_commit_loses_and_doubles_nothing
 
     # micro-batch 0 wrote its partitions of the master dataset and logged them whole;
     # Spark never committed it
-    assert last_ingest_batch(spark, settings) is None
+    assert last_ingest_batch(spark, MasterDataset.of(settings)) is None
     log = Path(f"{settings.master_location}/_ingest_log")
     assert sorted(path.name for path in log.glob("*.json")) == ["0.json"]
-    written = partitions(spark, events_location(settings, TOLL_ENTRY), EVENT_DATE)
+    written = partitions(spark, MasterDataset.of(settings).events(TOLL_ENTRY), EVENT_DATE)
     assert {batch_id for _, batch_id in written} == {0}
     assert read_current(settings.batch_store) is None
 
@@ -609,14 +624,18 @@ def test_kill_9_between_an_ingest_write_and_its_commit_loses_and_doubles_nothing
         ThreeDays.ENTRIES + ThreeDays.MALFORMED + ThreeDays.EXITS + ThreeDays.REGISTRATIONS
     )
     master = {
-        event_type.name: read_events(spark, settings, event_type, ALL_DAYS).count()
+        event_type.name: read_events(
+            spark, MasterDataset.of(settings), event_type, ALL_DAYS
+        ).count()
         for event_type in EVENT_TYPES
     }
     assert master == {
         TOLL_ENTRY.name: len(ThreeDays.ENTRIES), TOLL_EXIT.name: len(ThreeDays.EXITS),
         VEHICLE_REGISTRATION.name: len(ThreeDays.REGISTRATIONS),
     }  # fmt: skip
-    assert read_dead_letters(spark, settings, ALL_DAYS).count() == len(ThreeDays.MALFORMED)
+    assert read_dead_letters(
+        spark, MasterDataset.of(settings), ALL_DAYS, settings.views.dead_letter_bytes
+    ).count() == len(ThreeDays.MALFORMED)
     assert batch_rows(settings, "booth_stats") == ThreeDays.BOOTH_STATS
     assert batch_rows(settings, "vehicle_trips") == ThreeDays.VEHICLE_TRIPS
     assert batch_rows(settings, "expired_registrations") == ThreeDays.EXPIRED_REGISTRATIONS

@@ -11,7 +11,12 @@ import pytest
 
 from batch_layer.ingest_log import IngestLogError, LoggedBatch, parse, spark_offsets, unfinished
 from batch_layer.ingest_reset import EARLIEST, IngestResetPlan, starting_offsets
-from batch_layer.master import IngestStart, MasterDatasetError, check_ingest_checkpoint
+from batch_layer.master import (
+    IngestStart,
+    MasterDataset,
+    MasterDatasetError,
+    check_ingest_checkpoint,
+)
 from shared.platform.batch_store import BatchVersion, LostInput
 from shared.platform.kafka_admin import Bounds
 from shared.settings import Settings
@@ -30,7 +35,7 @@ from shared.settings import Settings
 def test_a_checkpoint_that_began_every_stored_batch_is_accepted(
     tmp_path: Path, stored: int | None, begun: int | None
 ) -> None:
-    check_ingest_checkpoint(Settings(state_dir=tmp_path), stored, begun)
+    check_ingest_checkpoint(MasterDataset.of(Settings(state_dir=tmp_path)), stored, begun)
 
 
 @pytest.mark.parametrize(
@@ -42,7 +47,7 @@ def test_a_checkpoint_deleted_or_older_than_the_master_dataset_is_refused(
 ) -> None:
     settings = Settings(state_dir=tmp_path)
     with pytest.raises(MasterDatasetError) as refused:
-        check_ingest_checkpoint(settings, 7, begun)
+        check_ingest_checkpoint(MasterDataset.of(settings), 7, begun)
     assert str(refused.value).startswith(
         f"the master dataset at {settings.master_location} holds ingest micro-batches up to 7, "
         f"but its ingest checkpoint {settings.master_location}/_checkpoints/ingest {has}: "

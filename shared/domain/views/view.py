@@ -101,25 +101,25 @@ class Inputs:
 
     @property
     def exits(self) -> DataFrame:
-        if self._exits is None:
-            raise ValueError(
-                "these inputs have no exits (the speed layer's own queries read entries)"
-            )
-        return self._exits
+        return _given(self._exits, "exits")
 
     @property
     def registrations(self) -> DataFrame:
-        if self._registrations is None:
-            raise ValueError(
-                "these inputs have no registrations (the speed layer's own queries read entries)"
-            )
-        return self._registrations
+        return _given(self._registrations, "registrations")
 
     def shared(self, name: str, build: Callable[[], DataFrame]) -> DataFrame:
         """``build()`` persisted, once per name (``spark.catalog.clearCache()`` frees it)."""
         if name not in self._shared:
             self._shared[name] = build().persist()  # MEMORY_AND_DISK_DESER
         return self._shared[name]
+
+
+def _given(events: DataFrame | None, what: str) -> DataFrame:
+    if events is None:
+        raise ValueError(
+            f"these inputs have no {what} (the speed layer's own queries read entries)"
+        )
+    return events
 
 
 @dataclass(frozen=True)
