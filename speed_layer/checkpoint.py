@@ -53,25 +53,26 @@ def checkpoint_dir(settings: Settings) -> Path:
 
 
 @contextmanager
-def held_checkpoint(settings: Settings) -> Iterator[Path]:
-    """Hold the speed checkpoint for one job: its lock, then its view settings claimed.
+def held_checkpoint(folder: Path, view_settings: Mapping[str, str]) -> Iterator[Path]:
+    """Hold the speed checkpoint (``folder``) for one job: its lock, then its view settings
+    (``ViewSettings.labels``) claimed.
 
     Raises :class:`CheckpointError` if another job holds it or it was made under
     other view settings; yields the checkpoint folder.
     """
-    with _locked(settings):
-        claim_checkpoint(settings)
-        yield checkpoint_dir(settings)
+    with _locked(folder):
+        claim_checkpoint(folder, view_settings)
+        yield folder
 
 
 @contextmanager
-def _locked(settings: Settings) -> Iterator[None]:
+def _locked(folder: Path) -> Iterator[None]:
     """The checkpoint's lock, or CheckpointError if a speed job (or a reset) holds it."""
     with ExitStack() as held:
         try:
             held.enter_context(
                 exclusive_lock(
-                    settings.checkpoints_dir / "speed.lock",
+                    folder.with_name(f"{folder.name}.lock"),
                     "another speed job",
                     "two jobs on one checkpoint would fail each other; stop it first, or give "
                     "this one another LAMBDALINE_STATE_DIR",
@@ -82,14 +83,13 @@ def _locked(settings: Settings) -> Iterator[None]:
         yield
 
 
-def claim_checkpoint(settings: Settings) -> None:
+def claim_checkpoint(folder: Path, view_settings: Mapping[str, str]) -> None:
     """Record the view settings in a new checkpoint; refuse one made under others.
 
     Call it holding the checkpoint's lock (:func:`held_checkpoint` does).
     """
-    folder = checkpoint_dir(settings)
     recorded = folder / VIEW_SETTINGS_FILE
-    now = settings.views.labels
+    now = dict(view_settings)
     if recorded.exists():
         try:
             made_with = json.loads(recorded.read_text(encoding="utf-8"))
@@ -99,18 +99,18 @@ def claim_checkpoint(settings: Settings) -> None:
                 f"settings as JSON, e.g. {json.dumps(now, sort_keys=True)}"
             ) from None
         if made_with != now:
-            raise CheckpointError(_refusal(settings, made_with))
+            raise CheckpointError(_refusal(folder, made_with, now))
         return
     folder.mkdir(parents=True, exist_ok=True)
     replace_atomically(recorded, json.dumps(now, indent=2, sort_keys=True) + "\n")
     log_event(logger, "speed_checkpoint_view_settings", checkpoint=str(folder), **now)
 
 
-def _refusal(settings: Settings, made_with: dict[str, str]) -> str:
+def _refusal(folder: Path, made_with: dict[str, str], now: dict[str, str]) -> str:
     return (
-        f"the speed checkpoint {checkpoint_dir(settings)} was made with "
+        f"the speed checkpoint {folder} was made with "
         f"{describe_view_settings(made_with)}, but the settings now say "
-        f"{describe_view_settings(settings.views.labels)}: its state and the speed store's "
+        f"{describe_view_settings(now)}: its state and the speed store's "
         "rows follow the old values, and the job would mix them with new ones. Set the "
         "settings back, or start the speed layer over with `lambdaline speed reset` (then "
         "`lambdaline speed run` recomputes from the input topics, and the next batch run "
@@ -133,7 +133,7 @@ an aggregation a view, records nothing, and Spark cannot go on from it."""
 STATE_LAYOUT_FILE = "state_layout.txt"
 
 
-def claim_state_store(settings: Settings, provider: str) -> None:
+def claim_state_store(folder: Path, provider: str) -> None:
     """Refuse a session whose state store is not RocksDB, and a checkpoint that keeps its
     state otherwise than the job does now.
 
@@ -149,11 +149,10 @@ def claim_state_store(settings: Settings, provider: str) -> None:
             f"{provider.rsplit('.', 1)[-1] or 'unset'}: take it out of spark_conf "
             "(LAMBDALINE_SPARK_CONF)"
         )
-    _claim_state_layout(settings)
+    _claim_state_layout(folder)
 
 
-def _claim_state_layout(settings: Settings) -> None:
-    folder = checkpoint_dir(settings)
+def _claim_state_layout(folder: Path) -> None:
     recorded = folder / STATE_LAYOUT_FILE
     if recorded.exists():
         made_with = recorded.read_text(encoding="utf-8").strip()
@@ -172,13 +171,12 @@ def _claim_state_layout(settings: Settings) -> None:
         replace_atomically(recorded, STATE_LAYOUT + "\n")
 
 
-def claim_input_topics(settings: Settings, now: Mapping[str, str]) -> None:
+def claim_input_topics(folder: Path, now: Mapping[str, str]) -> None:
     """Record the input topics' ids (``now``) with a new checkpoint; raise
     :class:`shared.platform.topic_ids.TopicsRecreatedError` if one differs from what it recorded.
 
     Call it holding the checkpoint.
     """
-    folder = checkpoint_dir(settings)
     recorded = folder / topic_ids.FILE_NAME
     text = recorded.read_text(encoding="utf-8") if recorded.exists() else None
     try:
@@ -191,26 +189,26 @@ def claim_input_topics(settings: Settings, now: Mapping[str, str]) -> None:
         log_event(logger, "speed_input_topic_ids", checkpoint=str(folder), **now)
 
 
-def checkpoint_started(settings: Settings) -> bool:
+def checkpoint_started(folder: Path) -> bool:
     """Whether any query of the checkpoint has begun a micro-batch.
 
     Spark logs a micro-batch's offsets before it runs it, so a checkpoint
     without any wrote nothing to the speed store.
     """
-    return any(checkpoint_dir(settings).glob("*/offsets/[0-9]*"))
+    return any(folder.glob("*/offsets/[0-9]*"))
 
 
-def claim_speed_store(settings: Settings, written: Mapping[str, int]) -> None:
+def claim_speed_store(folder: Path, written: Mapping[str, int]) -> None:
     """Refuse to start a new checkpoint over a speed store another one wrote.
 
     ``written``: how many records each of the store's topics was ever given
     (``shared.platform.kafka_admin.records_written``). Call it holding the checkpoint.
     """
-    if checkpoint_started(settings) or not any(written.values()):
+    if checkpoint_started(folder) or not any(written.values()):
         return
     held = ", ".join(f"{topic} ({count})" for topic, count in written.items() if count)
     raise CheckpointError(
-        f"the speed checkpoint {checkpoint_dir(settings)} is new, but the speed store's "
+        f"the speed checkpoint {folder} is new, but the speed store's "
         f"topics hold records of an earlier one: {held} records. A new checkpoint numbers "
         "its micro-batches from 0 again, and the API keeps each key's row of the latest "
         "micro-batch, so the earlier rows would hide the new ones. Start the speed layer "
@@ -239,9 +237,9 @@ def reset(settings: Settings) -> ResetReport:
     ``speed run`` reads the input from its earliest offsets, so it writes the dead
     letters of what it reads again.
     """
-    with _locked(settings):
+    folder = checkpoint_dir(settings)
+    with _locked(folder):
         require_kafka(settings.kafka)  # before anything is deleted
-        folder = checkpoint_dir(settings)
         had_checkpoint = folder.exists()
         if had_checkpoint:
             shutil.rmtree(folder)

@@ -46,16 +46,15 @@ def speed_run(
     """Run the speed job (continuous by default; Ctrl-C or SIGTERM stops it cleanly)."""
     configure_logging()
     settings = get_settings()
+    folder = checkpoint_dir(settings)
     with ExitStack() as held:
         try:
-            held.enter_context(held_checkpoint(settings))
+            held.enter_context(held_checkpoint(folder, settings.views.labels))
             require_kafka(settings.kafka, [spec.name for spec in all_topics(settings)])
             claim_speed_store(
-                settings, records_written(settings.kafka, settings.topics.speed_store())
+                folder, records_written(settings.kafka, settings.topics.speed_store())
             )
-            claim_input_topics(
-                settings, topic_ids.current(settings.kafka, settings.topics.inputs())
-            )
+            claim_input_topics(folder, topic_ids.current(settings.kafka, settings.topics.inputs()))
         except (CheckpointError, KafkaNotReadyError) as error:
             raise _fail(str(error)) from None
         except TopicsRecreatedError as error:

@@ -149,7 +149,7 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
     Raises ``speed_layer.checkpoint.CheckpointError`` before any query starts if the
     checkpoint keeps its state with another provider than the session's.
     """
-    claim_state_store(settings, spark.conf.get(STATE_STORE_PROVIDER_CONF) or "")
+    claim_state_store(checkpoint_dir(settings), spark.conf.get(STATE_STORE_PROVIDER_CONF) or "")
     log_event(
         logger, "speed_start", master=spark.sparkContext.master,
         topics=settings.topics.inputs(), checkpoints=str(checkpoint_dir(settings)),

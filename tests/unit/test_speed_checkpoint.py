@@ -21,11 +21,16 @@ from speed_layer.checkpoint import (
 )
 
 
+def claim(settings: Settings) -> None:
+    """What ``speed run`` claims of these settings: their checkpoint, their view settings."""
+    claim_checkpoint(checkpoint_dir(settings), settings.views.labels)
+
+
 def test_the_first_start_records_the_view_settings_and_a_later_one_with_them_passes(
     tmp_path: Path,
 ) -> None:
     settings = Settings(state_dir=tmp_path)
-    claim_checkpoint(settings)
+    claim(settings)
     recorded = tmp_path / "checkpoints" / "speed" / "view_settings.json"
     assert json.loads(recorded.read_text()) == {
         "max_trip": "1h",
@@ -35,7 +40,7 @@ def test_the_first_start_records_the_view_settings_and_a_later_one_with_them_pas
         "session_gap": "30m",
         "window": "5m",
     }
-    claim_checkpoint(settings)  # the same settings: no error
+    claim(settings)  # the same settings: no error
     assert sorted(path.name for path in recorded.parent.iterdir()) == ["view_settings.json"]
 
 
@@ -49,9 +54,9 @@ def test_the_first_start_records_the_view_settings_and_a_later_one_with_them_pas
 def test_a_checkpoint_made_with_other_view_settings_is_refused_until_they_are_set_back(
     tmp_path: Path, change: dict[str, timedelta], named: str
 ) -> None:
-    claim_checkpoint(Settings(state_dir=tmp_path))
+    claim(Settings(state_dir=tmp_path))
     with pytest.raises(CheckpointError) as refused:
-        claim_checkpoint(Settings(state_dir=tmp_path).updated(**change))
+        claim(Settings(state_dir=tmp_path).updated(**change))
     message = str(refused.value)
     folder = tmp_path / "checkpoints" / "speed"
     assert message.startswith(
@@ -60,13 +65,13 @@ def test_a_checkpoint_made_with_other_view_settings_is_refused_until_they_are_se
     )
     assert named in message
     assert "start the speed layer over with `lambdaline speed reset`" in message
-    claim_checkpoint(Settings(state_dir=tmp_path))  # set back: passes
+    claim(Settings(state_dir=tmp_path))  # set back: passes
 
 
 def test_a_checkpoint_from_before_the_record_is_taken_to_match(tmp_path: Path) -> None:
     settings = Settings(state_dir=tmp_path, window=timedelta(minutes=15))
     (checkpoint_dir(settings) / "booth_stats" / "offsets").mkdir(parents=True)
-    claim_checkpoint(settings)
+    claim(settings)
     recorded = json.loads((checkpoint_dir(settings) / "view_settings.json").read_text())
     assert recorded == {
         "max_trip": "1h", "registration_lookback": "400d", "rolling_slide": "5m",
@@ -80,7 +85,7 @@ def test_a_record_that_is_not_json_is_named(tmp_path: Path) -> None:
     recorded.parent.mkdir(parents=True)
     recorded.write_text("window = 5m\n")
     with pytest.raises(CheckpointError, match=rf"cannot read {recorded} \(Expecting value"):
-        claim_checkpoint(settings)
+        claim(settings)
 
 
 EMPTY_STORE = {"speed.booth_stats": 0, "speed.progress": 0}
@@ -89,16 +94,16 @@ WRITTEN_STORE = {"speed.booth_stats": 12, "speed.progress": 3}
 
 def test_a_new_checkpoint_may_start_on_an_empty_speed_store(tmp_path: Path) -> None:
     settings = Settings(state_dir=tmp_path)
-    claim_checkpoint(settings)  # what `speed run` does first: the folder and its record exist
-    assert not checkpoint_started(settings)
-    claim_speed_store(settings, EMPTY_STORE)
+    claim(settings)  # what `speed run` does first: the folder and its record exist
+    assert not checkpoint_started(checkpoint_dir(settings))
+    claim_speed_store(checkpoint_dir(settings), EMPTY_STORE)
 
 
 def test_a_new_checkpoint_is_refused_a_speed_store_written_by_another(tmp_path: Path) -> None:
     settings = Settings(state_dir=tmp_path)
-    claim_checkpoint(settings)
+    claim(settings)
     with pytest.raises(CheckpointError) as refused:
-        claim_speed_store(settings, WRITTEN_STORE)
+        claim_speed_store(checkpoint_dir(settings), WRITTEN_STORE)
     message = str(refused.value)
     assert message.startswith(
         f"the speed checkpoint {checkpoint_dir(settings)} is new, but the speed store's topics "
@@ -111,10 +116,12 @@ def test_a_started_checkpoint_goes_on_over_the_store_it_wrote(tmp_path: Path) ->
     settings = Settings(state_dir=tmp_path)
     offsets = checkpoint_dir(settings) / "lookups" / "offsets"
     offsets.mkdir(parents=True)
-    assert not checkpoint_started(settings)  # a query folder alone: no micro-batch begun
+    assert not checkpoint_started(
+        checkpoint_dir(settings)
+    )  # a query folder alone: no micro-batch begun
     (offsets / "0").write_text("v1\n")
-    assert checkpoint_started(settings)
-    claim_speed_store(settings, WRITTEN_STORE)
+    assert checkpoint_started(checkpoint_dir(settings))
+    claim_speed_store(checkpoint_dir(settings), WRITTEN_STORE)
 
 
 ENTRIES_ID = "5b0ba4a4-4c69-4b38-8bd5-6f0c1e57d2b1"
@@ -125,14 +132,20 @@ def test_the_first_start_records_the_input_topics_ids_and_a_new_id_is_refused(
     tmp_path: Path,
 ) -> None:
     settings = Settings(state_dir=tmp_path)
-    claim_input_topics(settings, {"toll.entries": ENTRIES_ID, "toll.exits": EXITS_ID})
+    claim_input_topics(
+        checkpoint_dir(settings), {"toll.entries": ENTRIES_ID, "toll.exits": EXITS_ID}
+    )
     recorded = tmp_path / "checkpoints" / "speed" / "input_topic_ids.json"
     assert json.loads(recorded.read_text()) == {"toll.entries": ENTRIES_ID, "toll.exits": EXITS_ID}
-    claim_input_topics(settings, {"toll.entries": ENTRIES_ID, "toll.exits": EXITS_ID})
+    claim_input_topics(
+        checkpoint_dir(settings), {"toll.entries": ENTRIES_ID, "toll.exits": EXITS_ID}
+    )
 
     new_id = "9d1e7c55-0000-4000-8000-000000000001"
     with pytest.raises(TopicsRecreatedError) as refused:
-        claim_input_topics(settings, {"toll.entries": new_id, "toll.exits": EXITS_ID})
+        claim_input_topics(
+            checkpoint_dir(settings), {"toll.entries": new_id, "toll.exits": EXITS_ID}
+        )
     assert str(refused.value) == (
         f"input topics were deleted and created again since the speed checkpoint "
         f"{tmp_path / 'checkpoints' / 'speed'} first read them: toll.entries (id {ENTRIES_ID}, "
@@ -160,4 +173,4 @@ def test_an_unreadable_record_of_topic_ids_is_named(tmp_path: Path, text: str) -
     recorded.parent.mkdir(parents=True)
     recorded.write_text(text)
     with pytest.raises(CheckpointError, match=rf"^cannot read {recorded} \("):
-        claim_input_topics(settings, {"toll.entries": ENTRIES_ID})
+        claim_input_topics(checkpoint_dir(settings), {"toll.entries": ENTRIES_ID})
