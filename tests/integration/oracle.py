@@ -33,6 +33,25 @@ def _as_written(name: str, kind: ColumnType) -> str:
     return f'"{name}"'
 
 
+ENTRY_COLUMNS = "(event_id, booth_id, license_plate, entry_time, toll, sent)"
+"""The columns an entry is inserted with (``vehicle_type`` is 1 unless given)."""
+
+
+def create_event_tables(connection: duckdb.DuckDBPyConnection, sent_type: str = "INTEGER") -> None:
+    """Empty ``entries``, ``exits`` and ``registrations`` as the reference reads them (every
+    copy of an event; ``sent``, of ``sent_type``, orders an entry's copies)."""
+    connection.execute(f"""
+        CREATE TABLE entries (event_id VARCHAR, booth_id VARCHAR, license_plate VARCHAR,
+                              entry_time TIMESTAMP, toll DECIMAL(18, 2), sent {sent_type},
+                              vehicle_type INTEGER DEFAULT 1);
+        CREATE TABLE exits (event_id VARCHAR, booth_id VARCHAR, license_plate VARCHAR,
+                            exit_time TIMESTAMP);
+        CREATE TABLE registrations (event_id VARCHAR, registration_id VARCHAR,
+                                    license_plate VARCHAR, registration_time TIMESTAMP,
+                                    expired BOOLEAN);
+    """)
+
+
 def oracle_views(
     connection: duckdb.DuckDBPyConnection,
     sizes: ViewSizes,

@@ -21,7 +21,7 @@ import pytest
 from lambdaline.processes import stop_process, wait_until_answers
 from shared.settings import Settings
 from tests.integration.helpers import isolated_settings, read_all, run_cli, send, spawn_api
-from tests.integration.oracle import oracle_views
+from tests.integration.oracle import ENTRY_COLUMNS, create_event_tables, oracle_views
 from tests.scenarios import entry_value
 from tests.views import heavy_vehicles
 
@@ -66,22 +66,14 @@ def records() -> list[tuple[bytes, bytes, str]]:
 def reference(settings: Settings) -> list[dict[str, Any]]:
     """The view's reference SQL over the entries as sent."""
     with duckdb.connect() as connection:
-        connection.execute("""
-            CREATE TABLE entries (event_id VARCHAR, booth_id VARCHAR, license_plate VARCHAR,
-                                  entry_time TIMESTAMP, toll DECIMAL(18, 2),
-                                  vehicle_type INTEGER, sent INTEGER);
-            CREATE TABLE exits (event_id VARCHAR, booth_id VARCHAR, license_plate VARCHAR,
-                                exit_time TIMESTAMP);
-            CREATE TABLE registrations (event_id VARCHAR, registration_id VARCHAR,
-                                        license_plate VARCHAR, registration_time TIMESTAMP,
-                                        expired BOOLEAN);
-        """)
+        create_event_tables(connection)
         for sent, (event_id, booth, at, kind) in enumerate(
             [*ENTRIES, ("h0", "b9", f"{DAY_2}T12:00:00", 1)]
         ):
             connection.execute(
-                "INSERT INTO entries VALUES (?, ?, ?, ?, 2.50, ?, ?)",
-                [event_id, booth, f"P-{event_id}", datetime.fromisoformat(at), kind, sent],
+                f"INSERT INTO entries {ENTRY_COLUMNS[:-1]}, vehicle_type) "
+                "VALUES (?, ?, ?, ?, 2.50, ?, ?)",
+                [event_id, booth, f"P-{event_id}", datetime.fromisoformat(at), sent, kind],
             )
         views = oracle_views(connection, settings.views.sizes, [heavy_vehicles.VIEW])
     return views["heavy_vehicles"]

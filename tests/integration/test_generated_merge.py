@@ -51,7 +51,7 @@ from tests.integration.helpers import (
     isolated_settings,
     send,
 )
-from tests.integration.oracle import oracle_views
+from tests.integration.oracle import ENTRY_COLUMNS, create_event_tables, oracle_views
 from tests.scenarios import entry_value, exit_value, registration_value
 
 pytestmark = [
@@ -170,20 +170,12 @@ def produce(settings: Settings, events: list[Event]) -> None:
 
 def oracle(events: list[Event], sizes: ViewSizes) -> dict[str, list[dict[str, Any]]]:
     with duckdb.connect() as connection:
-        connection.execute("""
-            CREATE TABLE entries (event_id VARCHAR, booth_id VARCHAR, license_plate VARCHAR,
-                                  entry_time TIMESTAMP, toll DECIMAL(18, 2), sent TIMESTAMP);
-            CREATE TABLE exits (event_id VARCHAR, booth_id VARCHAR, license_plate VARCHAR,
-                                exit_time TIMESTAMP);
-            CREATE TABLE registrations (event_id VARCHAR, registration_id VARCHAR,
-                                        license_plate VARCHAR, expired BOOLEAN,
-                                        registration_time TIMESTAMP);
-        """)
+        create_event_tables(connection, sent_type="TIMESTAMP")
         naive = {event.event_id: event.at.replace(tzinfo=None) for event in events}
         for event in events:
             for copy in range(event.copies):
                 if event.kind == "entry":
-                    connection.execute("INSERT INTO entries VALUES (?, ?, ?, ?, ?, ?)", [
+                    connection.execute(f"INSERT INTO entries {ENTRY_COLUMNS} VALUES (?, ?, ?, ?, ?, ?)", [
                         event.event_id, event.booth, event.plate, naive[event.event_id],
                         event.toll, (event.sent + timedelta(seconds=copy)).replace(tzinfo=None),
                     ])  # fmt: skip
@@ -191,7 +183,8 @@ def oracle(events: list[Event], sizes: ViewSizes) -> dict[str, list[dict[str, An
                     connection.execute("INSERT INTO exits VALUES (?, ?, ?, ?)", [
                         event.event_id, event.booth, event.plate, naive[event.event_id]])  # fmt: skip
                 else:
-                    connection.execute("INSERT INTO registrations VALUES (?, ?, ?, ?, ?)", [
+                    connection.execute("INSERT INTO registrations (event_id, registration_id, "
+                                       "license_plate, expired, registration_time) VALUES (?, ?, ?, ?, ?)", [
                         event.event_id, event.registration_id, event.plate, event.expired,
                         naive[event.event_id]])  # fmt: skip
         return oracle_views(connection, sizes)

@@ -25,6 +25,7 @@ from shared.domain.views.rules import without_duplicates
 from shared.domain.views.view import Inputs
 from shared.settings import Settings
 from shared.settings.views import REGISTERED, VIEWS
+from tests.integration.oracle import ENTRY_COLUMNS, create_event_tables
 
 SIZES = Settings().views.sizes  # 5 min windows, 1 h rolling every 5 min, 30 min gap, ...
 
@@ -97,19 +98,12 @@ EXPECTED: dict[str, list[tuple[Any, ...]]] = {
 
 def event_tables(connection: duckdb.DuckDBPyConnection) -> None:
     """The events as the reference reads them (every copy; ``sent`` orders them)."""
-    connection.execute("""
-        CREATE TABLE entries (event_id VARCHAR, booth_id VARCHAR, license_plate VARCHAR,
-                              entry_time TIMESTAMP, toll DECIMAL(18, 2), sent INTEGER);
-        CREATE TABLE exits (event_id VARCHAR, booth_id VARCHAR, license_plate VARCHAR,
-                            exit_time TIMESTAMP);
-        CREATE TABLE registrations (event_id VARCHAR, registration_id VARCHAR,
-                                    license_plate VARCHAR, registration_time TIMESTAMP,
-                                    expired BOOLEAN);
-    """)
+    create_event_tables(connection)
     sent = 0
     for *entry, copies in ENTRIES:
         for _ in range(copies):
-            connection.execute("INSERT INTO entries VALUES (?, ?, ?, ?, ?, ?)", [*entry, sent])
+            connection.execute(f"INSERT INTO entries {ENTRY_COLUMNS} VALUES (?, ?, ?, ?, ?, ?)",
+                               [*entry, sent])  # fmt: skip
             sent += 1
     connection.executemany("INSERT INTO exits VALUES (?, ?, ?, ?)", EXITS)
     connection.executemany("INSERT INTO registrations VALUES (?, ?, ?, ?, ?)", REGISTRATIONS)
