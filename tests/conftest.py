@@ -71,9 +71,14 @@ def xdist_group(item: pytest.Item) -> str:
     return item.nodeid.split("::")[0]
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Each test's :func:`xdist_group`; under loadgroup the two shared groups are sent
-    first, as the longest."""
+    first, as the longest.
+
+    First of the hooks: a worker's pytest-xdist reads the marks in its own hook of this
+    name (as a suffix of the node id), and would find none if it ran before this one
+    (tests/unit/test_xdist_groups.py)."""
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(xdist_group(item)))

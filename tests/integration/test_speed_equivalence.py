@@ -90,20 +90,20 @@ def test_speed_views_equal_the_static_view_functions(
     registrations = without_duplicates(decoded.of(VEHICLE_REGISTRATION)).cache()
     sizes = settings.views.sizes
     truth = {
-        "booth_stats": booth_stats(entries, settings.views.window),
-        "booth_rolling": booth_rolling(entries, sizes.rolling_window, sizes.rolling_slide),
-        "vehicle_visits": vehicle_visits(entries, sizes.session_gap),
-        "vehicle_trips": vehicle_trips(entries, exits, settings.views.max_trip),
+        "booth_stats": booth_stats(entries, sizes["window"]),
+        "booth_rolling": booth_rolling(entries, sizes["rolling_window"], sizes["rolling_slide"]),
+        "vehicle_visits": vehicle_visits(entries, sizes["session_gap"]),
+        "vehicle_trips": vehicle_trips(entries, exits, sizes["max_trip"]),
         "expired_registrations": expired_registrations(
-            entries, registrations, settings.views.registration_lookback
+            entries, registrations, sizes["registration_lookback"]
         ),
         "diagnostics": diagnostics(
             entries,
             exits,
             registrations,
-            settings.views.window,
-            settings.views.max_trip,
-            settings.views.registration_lookback,
+            sizes["window"],
+            sizes["max_trip"],
+            sizes["registration_lookback"],
         ),
     }
     for view, frame in truth.items():

@@ -22,8 +22,8 @@ def test_defaults_are_those_of_the_design() -> None:
     assert settings == Settings()
     assert settings.state_dir == Path.cwd() / ".lambdaline"
     assert settings.kafka.bootstrap == "127.0.0.1:9092"
-    assert settings.views.window == timedelta(minutes=5)
-    assert settings.views.max_trip == timedelta(hours=1)
+    assert settings.views.sizes["window"] == timedelta(minutes=5)
+    assert settings.views.sizes["max_trip"] == timedelta(hours=1)
     assert settings.views.watermark == timedelta(minutes=2)
     assert settings.views.max_future_skew == timedelta(hours=1)
     assert settings.kafka.partitions == 2
@@ -47,7 +47,7 @@ def test_environment_overrides_with_the_names_the_design_fixes(
     assert settings.state_dir == tmp_path
     assert (settings.kafka.bootstrap_host, settings.kafka.bootstrap_port) == ("localhost", 19092)
     assert settings.serving.api_keys == ["alpha", "beta", "gamma"]
-    assert settings.views.window == timedelta(seconds=90)
+    assert settings.views.sizes["window"] == timedelta(seconds=90)
     assert settings.topics.entries == "test.entries"
 
 
@@ -60,7 +60,7 @@ def test_toml_file_is_read_and_environment_wins(
     monkeypatch.setenv("LAMBDALINE_MAX_TRIP", "45m")
     settings = read_settings()
     assert settings.views.watermark == timedelta(seconds=30)
-    assert settings.views.max_trip == timedelta(minutes=45)
+    assert settings.views.sizes["max_trip"] == timedelta(minutes=45)
     assert settings.topics.exits == "x.exits"
 
 
@@ -183,7 +183,7 @@ def test_directories_are_made_absolute_where_the_settings_are_read(
 def test_a_window_must_divide_a_day() -> None:
     with pytest.raises(ValidationError, match="must divide a day evenly"):
         Settings(window="7m")
-    assert Settings(window="15m").views.window.total_seconds() == 900
+    assert Settings(window="15m").views.sizes["window"].total_seconds() == 900
 
 
 @pytest.mark.parametrize(
@@ -231,7 +231,7 @@ def test_updated_takes_a_whole_group_or_flat_names(tmp_path: Path) -> None:
     users = Settings(state_dir=tmp_path / "user", max_trip="25m", spark_conf={"a": "b"})
     broker = Settings(state_dir=tmp_path / "bench", kafka_bootstrap="127.0.0.1:1")
     moved = broker.updated(views=users.views, spark=users.spark, window="10m")
-    assert moved.views.max_trip == timedelta(minutes=25)
-    assert moved.views.window == timedelta(minutes=10)  # a flat name over its group
+    assert moved.views.sizes["max_trip"] == timedelta(minutes=25)
+    assert moved.views.sizes["window"] == timedelta(minutes=10)  # a flat name over its group
     assert moved.spark.conf == {"a": "b"}
     assert (moved.state_dir, moved.kafka.bootstrap) == (tmp_path / "bench", "127.0.0.1:1")
