@@ -13,7 +13,7 @@ and the tests' oracle.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from pyspark.sql import DataFrame
 
@@ -109,7 +109,3 @@ def reference_sql(
         for view in views
     }
     return prepare, selects
-
-
-def by_name(views: Sequence[View]) -> Mapping[str, View]:
-    return {view.name: view for view in views}
