@@ -33,6 +33,12 @@ from shared.platform.batch_store import (
     ListedVersion,
     list_versions,
 )
+from shared.platform.generations import (
+    GENERATION_HELP,
+    GenerationError,
+    chosen_settings,
+    generation_settings,
+)
 from shared.platform.kafka_admin import KafkaNotReadyError, kafka_answers, require_kafka
 from shared.platform.logs import configure_logging
 from shared.platform.streaming import KafkaDataLossError, QueryFailedError
@@ -50,6 +56,13 @@ errors = Console(stderr=True, soft_wrap=True)
 def _fail(message: str) -> typer.Exit:
     errors.print(f"[red]error:[/red] {message}", highlight=False)
     return typer.Exit(1)
+
+
+def _generation(number: int | None) -> Settings:
+    try:
+        return generation_settings(get_settings(), number)
+    except GenerationError as error:
+        raise _fail(str(error)) from None
 
 
 def _spark_over_kafka(settings: Settings) -> SparkSession:
@@ -94,7 +107,8 @@ def require_closed(day: date, now: datetime) -> None:
 def summary_table(report: RunReport) -> Table:
     assert report.version is not None
     table = Table(
-        title=f"batch run for {report.run_date} -> version {report.version.version}",
+        title=f"batch run for {report.run_date} -> version {report.version.version}"
+        + (f" of generation {report.version.generation}" if report.version.generation > 1 else ""),
         show_header=False,
         caption=f"rows: what the version holds, event dates up to {report.run_date}; "
         "records of later dates wait in the master dataset for the run of their date",
@@ -143,18 +157,39 @@ def batch_run(
             "such as the demo's; its horizon hides the speed layer's answers until then",
         ),
     ] = False,
+    generation: Annotated[
+        int | None,
+        typer.Option(
+            "--generation", min=1, help=f"{GENERATION_HELP}; without it, every live generation"
+        ),
+    ] = None,
 ) -> None:
-    """Ingest Kafka into the master dataset, recompute views, publish a new version."""
+    """Ingest Kafka into the master dataset, recompute views, publish a new version (of
+    each live generation of the views, the served one first)."""
     day = _run_date(run_date)
     if not allow_open_day:
         require_closed(day, datetime.now(UTC))
     configure_logging()
-    settings = get_settings()
+    try:
+        chosen = chosen_settings(get_settings(), generation)
+    except GenerationError as error:
+        raise _fail(str(error)) from None
     # SIGTERM unwinds (lambdaline.cli.main): the lock is released, Spark stopped
-    spark = _spark_over_kafka(settings)
+    spark = _spark_over_kafka(chosen[0])
+    try:
+        for settings in chosen:
+            report = _run_one(spark, settings, day, lookback_days)
+            console.print(summary_table(report))
+    finally:
+        spark.stop()
+
+
+def _run_one(
+    spark: SparkSession, settings: Settings, day: date, lookback_days: int | None
+) -> RunReport:
     lookback = settings.batch.lookback_days if lookback_days is None else lookback_days
     try:
-        report = run_batch(spark, settings, day, lookback)
+        return run_batch(spark, settings, day, lookback)
     except (BatchStoreError, MasterDatasetError) as error:
         raise _fail(str(error)) from None
     except KafkaDataLossError as error:
@@ -168,9 +203,6 @@ def batch_run(
     except QueryFailedError as error:  # the ingest; its checkpoint keeps what it committed
         failure = f"{error}{kafka_answers(settings.kafka)}"
         raise _fail(f"{failure}; the next run takes the ingest up where it stopped") from None
-    finally:
-        spark.stop()
-    console.print(summary_table(report))
 
 
 def _version_document(listed: ListedVersion) -> dict[str, Any]:
@@ -192,9 +224,12 @@ def _version_document(listed: ListedVersion) -> dict[str, Any]:
 @batch_app.command("versions")
 def batch_versions(
     as_json: Annotated[bool, typer.Option("--json", help="print JSON instead of a table")] = False,
+    generation: Annotated[
+        int | None, typer.Option("--generation", min=1, help=GENERATION_HELP)
+    ] = None,
 ) -> None:
     """List the published versions kept in the batch store."""
-    settings = get_settings()
+    settings = _generation(generation)
     documents = [_version_document(listed) for listed in list_versions(settings.batch_store)]
     if as_json:
         print(json.dumps(documents, indent=2))
@@ -239,9 +274,12 @@ def _versions_table(documents: list[dict[str, Any]], store: Path) -> Table:
 @batch_app.command("rollback")
 def batch_rollback(
     version: Annotated[int, typer.Argument(help="the version to serve (see `batch versions`)")],
+    generation: Annotated[
+        int | None, typer.Option("--generation", min=1, help=GENERATION_HELP)
+    ] = None,
 ) -> None:
     """Point CURRENT at another kept version (the API switches within seconds)."""
-    settings = get_settings()
+    settings = _generation(generation)
     try:
         manifest = rollback(settings.batch_store, version)
     except BatchStoreError as error:
@@ -261,7 +299,7 @@ def batch_reset_ingest(
     settings = get_settings()
     spark = _spark_over_kafka(settings)
     try:
-        with run_lock(settings.batch_store):
+        with run_lock(settings.batch_store_root):
             reset = ingest_reset.plan(spark, settings)
             console.print(_starts_table(reset))
             console.print(_what_reset_does(reset), highlight=False)

@@ -48,7 +48,9 @@ logger = logging.getLogger("lambdaline.batch")
 
 @contextmanager
 def run_lock(store: Path) -> Iterator[None]:
-    """Hold the store's run lock: one batch run (ingest, recompute, publish) at a time."""
+    """Hold the run lock of the batch store's root (``Settings.batch_store_root``): one batch
+    run (ingest, recompute, publish) at a time, whatever its generation, as they share the
+    master dataset's ingest."""
     with ExitStack() as held:
         try:
             held.enter_context(
@@ -132,13 +134,15 @@ def publish_version(
     view_settings: dict[str, str],
     lost_input: Sequence[LostInput] = (),
     speed: SpeedSide | None = None,
+    generation: int = 1,
 ) -> BatchVersion:
     """Publish a new version: the served one with ``recomputed_dates`` replaced by ``fresh``.
 
     ``fresh`` holds every table of :data:`STORE_TABLES` (rows of the recomputed
     dates only), computed under ``view_settings``; ``lost_input`` lists every range of
     input records the master dataset will never hold; ``speed``: the speed store to
-    compare the days it newly covers with (``batch_layer.corrections``). The horizon never moves
+    compare the days it newly covers with (``batch_layer.corrections``); ``generation``: of
+    the views (the store is that generation's). The horizon never moves
     backward: it is the later of the served one and ``horizon``. Raises
     :class:`BatchStoreError`, before writing anything, if rows of the served
     version computed under other view settings would be kept.
@@ -198,6 +202,7 @@ def publish_version(
             view_settings=view_settings,
             lost_input=tuple(lost_input),
             corrections=corrections,
+            generation=generation,
         )
         connection.execute(f"CREATE TABLE {MANIFEST_TABLE} (manifest VARCHAR NOT NULL)")
         connection.execute(f"INSERT INTO {MANIFEST_TABLE} VALUES (?)", [manifest.to_json()])

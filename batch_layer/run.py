@@ -162,11 +162,12 @@ def run_batch(
     started, cpu_started = time.monotonic(), cpu_clock() if cpu_clock else 0.0
     log_event(
         logger, "batch_start", run_date=run_date.isoformat(), lookback_days=lookback_days,
-        master=settings.master_location, store=str(store), spark_master=spark.sparkContext.master,
+        master=settings.master_location, store=str(store), generation=settings.generation,
+        spark_master=spark.sparkContext.master,
     )  # fmt: skip
     columns = (SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn())
     with (
-        run_lock(store),
+        run_lock(settings.batch_store_root),
         Progress(*columns, console=console or Console(stderr=True), transient=False) as progress,
     ):
         # ingest: Kafka -> master dataset, exactly once
@@ -253,6 +254,7 @@ def run_batch(
                     view_settings=settings.views.labels,
                     lost_input=lost_input,
                     speed=speed,
+                    generation=settings.generation,
                 )
             finally:
                 speed.close()

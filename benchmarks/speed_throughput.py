@@ -142,7 +142,7 @@ def measure_step(settings: Settings, rate: int, seconds: int, job_pid: int) -> d
         topic: round((_end_offsets(settings, topic) - before) / step_s)
         for topic, before in sent_before.items()
     }
-    progress = [json.loads(r.value) for r in _read(settings, settings.topics.speed_progress)]
+    progress = [json.loads(r.value) for r in _read(settings, settings.speed_topics.speed_progress)]
 
     def reports(query: str) -> list[dict[str, Any]]:
         return [
@@ -181,7 +181,7 @@ def measure_step(settings: Settings, rate: int, seconds: int, job_pid: int) -> d
     )
 
     latencies = []
-    for record in _read(settings, settings.topics.speed("booth_stats")):
+    for record in _read(settings, settings.speed_topics.speed("booth_stats")):
         if record.timestamp >= step_began:
             row = json.loads(record.value)
             latencies.append((record.timestamp - _ms(row["last_entry_time"])) / 1000)

@@ -29,6 +29,7 @@ from batch_layer.cli import batch_app
 from lambdaline import demo as demo_app
 from lambdaline import generator as event_generator
 from lambdaline import kafka_broker, spark_cluster
+from lambdaline.generations import generation_app
 from lambdaline.processes import exit_on_signals
 from serving.cli import serve
 from shared.domain.events import format_instant, parse_instant
@@ -73,6 +74,7 @@ app.add_typer(topics_app, name="topics")
 app.add_typer(jvm_app, name="jvm")
 app.add_typer(speed_app, name="speed")
 app.add_typer(batch_app, name="batch")
+app.add_typer(generation_app, name="generation")
 app.command("serve")(serve)
 
 

@@ -81,8 +81,8 @@ class SpeedConsumer:
         """``hub``: told the rows each poll changes (``GET /v1/stream``)."""
         self.settings = settings
         self.tables = tables
-        self.views_by_topic = {settings.topics.speed(view): view for view in VIEW_NAMES}
-        self.progress_topic = settings.topics.speed_progress
+        self.views_by_topic = {settings.speed_topics.speed(view): view for view in VIEW_NAMES}
+        self.progress_topic = settings.speed_topics.speed_progress
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._ends: dict[TopicPartition, int] | None = None

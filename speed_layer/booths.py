@@ -85,7 +85,7 @@ def publish_booths(settings: Settings) -> MicroBatchFunction:
             write_records(
                 [
                     topic_records(
-                        settings.topics.speed(view.name),
+                        settings.speed_topics.speed(view.name),
                         speed_records(view, rows.where(F.col("kind") == view.name), batch_id),
                     )
                     for view in BOOTH_LANE_VIEWS

@@ -49,7 +49,7 @@ class CheckpointError(Exception):
 
 def checkpoint_dir(settings: Settings) -> Path:
     """The speed job's checkpoint folder: one subfolder per query."""
-    return settings.checkpoints_dir / "speed"
+    return settings.speed_checkpoint
 
 
 @contextmanager
@@ -243,7 +243,7 @@ def reset(settings: Settings) -> ResetReport:
         had_checkpoint = folder.exists()
         if had_checkpoint:
             shutil.rmtree(folder)
-        topics = settings.topics.speed_store()
+        topics = settings.speed_topics.speed_store()
         deleted = delete_topics(settings.kafka, topics)
         created = {outcome.spec.name for outcome in create_topics(settings) if outcome.created}
         if not_created := [topic for topic in topics if topic not in created]:

@@ -10,6 +10,12 @@ import typer
 from rich.console import Console
 
 from shared.platform import topic_ids
+from shared.platform.generations import (
+    Generation,
+    GenerationError,
+    generation_settings,
+    read_generations,
+)
 from shared.platform.jvm import JavaCompileError, JdkToolMissingError
 from shared.platform.kafka_admin import (
     KafkaNotReadyError,
@@ -21,7 +27,7 @@ from shared.platform.logs import configure_logging
 from shared.platform.streaming import KafkaDataLossError, QueryFailedError
 from shared.platform.topic_admin import TopicDeletionError, all_topics
 from shared.platform.topic_ids import TopicsRecreatedError
-from shared.settings import get_settings
+from shared.settings import Settings, get_settings
 from speed_layer import job
 from speed_layer.checkpoint import (
     CheckpointError,
@@ -37,22 +43,46 @@ START_OVER = "`lambdaline speed reset` starts the speed layer over from what the
 speed_app = typer.Typer(help="The speed layer: Structured Streaming from Kafka to the speed store.")
 
 
+GenerationOption = Annotated[
+    int | None,
+    typer.Option(
+        "--generation",
+        min=1,
+        help="the generation of the views to compute (`lambdaline generation status`); "
+        "default: LAMBDALINE_GENERATION, else 1",
+    ),
+]
+
+
+def _generation_settings(number: int | None) -> tuple[Settings, Generation | None]:
+    """The settings of the generation asked for, and its record (None: generation 1, never
+    recorded)."""
+    settings = get_settings()
+    try:
+        chosen = generation_settings(settings, number)
+        recorded = read_generations(settings.batch_store_root).get(chosen.generation)
+    except GenerationError as error:
+        raise _fail(str(error)) from None
+    return chosen, recorded
+
+
 @speed_app.command("run")
 def speed_run(
     available_now: Annotated[
         bool, typer.Option("--available-now", help="process what Kafka holds now, then exit 0")
     ] = False,
+    generation: GenerationOption = None,
 ) -> None:
     """Run the speed job (continuous by default; Ctrl-C or SIGTERM stops it cleanly)."""
     configure_logging()
-    settings = get_settings()
+    settings, recorded = _generation_settings(generation)
     folder = checkpoint_dir(settings)
     with ExitStack() as held:
         try:
             held.enter_context(held_checkpoint(folder, settings.views.labels))
             require_kafka(settings.kafka, [spec.name for spec in all_topics(settings)])
             claim_speed_store(
-                folder, records_written(settings.kafka, settings.topics.speed_store())
+                folder, records_written(settings.kafka, settings.speed_topics.speed_store())
             )
             claim_input_topics(folder, topic_ids.current(settings.kafka, settings.topics.inputs()))
         except (CheckpointError, KafkaNotReadyError) as error:
@@ -66,7 +96,12 @@ def speed_run(
         failure: QueryFailedError | None = None
         refusal: CheckpointError | None = None
         try:
-            job.run(spark, settings, available_now=available_now)
+            job.run(
+                spark,
+                settings,
+                available_now=available_now,
+                replay_from=recorded.replay_from if recorded is not None else None,
+            )
         except QueryFailedError as error:
             failure = error
         except CheckpointError as error:
@@ -93,12 +128,14 @@ def speed_run(
 @speed_app.command("reset")
 def speed_reset(
     yes: Annotated[bool, typer.Option("--yes", help="do not ask for confirmation")] = False,
+    generation: GenerationOption = None,
 ) -> None:
     """Start the speed layer over: delete its checkpoint and speed-store topics, then
-    create the topics again, empty (after a change of window or max_trip)."""
+    create the topics again, empty (to change a view without a second generation, and
+    with a gap: `lambdaline generation start` changes one without)."""
     configure_logging()
-    settings = get_settings()
-    topics = settings.topics.speed_store()
+    settings, _ = _generation_settings(generation)
+    topics = settings.speed_topics.speed_store()
     console = Console(soft_wrap=True)
     console.print(
         f"This deletes the speed checkpoint {checkpoint_dir(settings)} and the topics "

@@ -11,7 +11,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
-from datetime import timedelta
+from collections.abc import Mapping
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
@@ -26,6 +27,7 @@ from shared.platform.logs import log_event
 from shared.platform.spark_session import spark_session
 from shared.platform.streaming import (
     brief_java_errors,
+    from_times,
     kafka_stream,
     raise_if_failed,
     stop_query,
@@ -99,10 +101,17 @@ def speed_spark_session(settings: Settings, app_name: str = "lambdaline-speed") 
 
 
 def read_input_topics(
-    spark: SparkSession, settings: Settings, event_types: tuple[EventType, ...] = EVENT_TYPES
+    spark: SparkSession,
+    settings: Settings,
+    event_types: tuple[EventType, ...] = EVENT_TYPES,
+    starts: Mapping[str, datetime] | None = None,
 ) -> DataFrame:
-    """A streaming read of the topics of these event types (raw Kafka records)."""
+    """A streaming read of the topics of these event types (raw Kafka records); ``starts``:
+    a new checkpoint reads each topic named from its first record of that time on (the
+    others from their earliest)."""
     reader = kafka_stream(spark, settings.kafka, settings.topics.inputs(event_types))
+    if starts:
+        reader = from_times(reader, settings.kafka, starts)
     if settings.speed.max_offsets_per_trigger is not None:
         reader = reader.option("maxOffsetsPerTrigger", settings.speed.max_offsets_per_trigger)
     return reader.load()
@@ -143,8 +152,31 @@ def _started(
         spark.sparkContext.setLocalProperty("spark.scheduler.pool", None)  # type: ignore[arg-type]
 
 
-def run(spark: SparkSession, settings: Settings, available_now: bool = False) -> None:
+def input_starts(settings: Settings, replay_from: datetime | None) -> dict[str, datetime]:
+    """Where a new checkpoint reads each input topic from, by record time: entries and
+    exits from ``replay_from``, registrations ``registration_lookback`` before (an entry
+    takes the latest registration of that long before it). None: every offset."""
+    if replay_from is None:
+        return {}
+    topics = settings.topics
+    lookback = settings.views.sizes["registration_lookback"]
+    return {
+        topics.entries: replay_from,
+        topics.exits: replay_from,
+        topics.registrations: replay_from - lookback,
+    }
+
+
+def run(
+    spark: SparkSession,
+    settings: Settings,
+    available_now: bool = False,
+    replay_from: datetime | None = None,
+) -> None:
     """Run the speed layer until stopped (SIGINT/SIGTERM/SIGHUP) or, with available_now, drained.
+
+    ``replay_from``: a new checkpoint reads the input from then on (:func:`input_starts`; a
+    new generation's, ``shared.platform.generations.replay_from``), else from the start.
 
     Raises ``speed_layer.checkpoint.CheckpointError`` before any query starts if the
     checkpoint keeps its state with another provider than the session's.
@@ -153,7 +185,9 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
     log_event(
         logger, "speed_start", master=spark.sparkContext.master,
         topics=settings.topics.inputs(), checkpoints=str(checkpoint_dir(settings)),
-        available_now=available_now, trigger_s=settings.speed.trigger.total_seconds(),
+        available_now=available_now, generation=settings.generation,
+        replay_from=replay_from.isoformat() if replay_from else None,
+        trigger_s=settings.speed.trigger.total_seconds(),
         lookup_trigger_s=settings.speed.lookup_trigger.total_seconds(),
         diagnostics_trigger_s=settings.speed.diagnostics_trigger.total_seconds(),
     )  # fmt: skip
@@ -162,8 +196,13 @@ def run(spark: SparkSession, settings: Settings, available_now: bool = False) ->
     # consumer of its own, so each reads only the topics its views need, and
     # decodes each type's events by that type's rules only (less code to generate,
     # serialise and ship to the tasks every micro-batch)
+    starts = input_starts(settings, replay_from)
+
     def decoded(*event_types: EventType) -> DecodedRecords:
-        raw = read_input_topics(spark, settings, event_types)
+        wanted = {settings.topics.of(kind) for kind in event_types}
+        raw = read_input_topics(
+            spark, settings, event_types, {t: at for t, at in starts.items() if t in wanted}
+        )
         views = settings.views
         return decode_each_topic(
             raw, settings.topics, views.max_future_skew, views.dead_letter_bytes, event_types

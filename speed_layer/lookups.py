@@ -210,9 +210,9 @@ def publish_lookups(settings: Settings) -> MicroBatchFunction:
     an exit or a registration to the internal topic, dead letters to ``dead.letters``,
     in one Kafka write."""
     options = kafka_sink_options(settings.kafka)
-    trips_topic = settings.topics.speed(VEHICLE_TRIPS.name)
-    expired_topic = settings.topics.speed(EXPIRED_REGISTRATIONS.name)
-    internal_topic = settings.topics.diagnostic_entries
+    trips_topic = settings.speed_topics.speed(VEHICLE_TRIPS.name)
+    expired_topic = settings.speed_topics.speed(EXPIRED_REGISTRATIONS.name)
+    internal_topic = settings.speed_topics.diagnostic_entries
     dead_letters_topic = settings.topics.dead_letters
 
     def publish(rows: DataFrame, batch_id: int) -> None:
@@ -258,7 +258,7 @@ def diagnostic_counts(spark: SparkSession, settings: Settings) -> DataFrame:
     """
     delay = settings.views.sizes["max_trip"] + settings.views.watermark
     entries = (
-        kafka_stream(spark, settings.kafka, [settings.topics.diagnostic_entries])
+        kafka_stream(spark, settings.kafka, [settings.speed_topics.diagnostic_entries])
         .load()
         .select(
             F.from_json(F.col("value").cast("string"), DIAGNOSTIC_ENTRY_SCHEMA, JSON_OPTIONS).alias(

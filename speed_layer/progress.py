@@ -229,7 +229,7 @@ class ProgressPublisher:
     def __init__(self, settings: Settings, late_rows_before: Mapping[str, int] | None = None):
         """``late_rows_before``: each query's ``late_rows_total`` in its latest record
         (:func:`late_rows_reported`), which this job's counts go on from."""
-        self.topic = settings.topics.speed_progress
+        self.topic = settings.speed_topics.speed_progress
         self.view_settings = settings.views.labels
         self.late_rows_total = dict(late_rows_before or {})
         self.producer = kafka_producer(settings.kafka, "lambdaline-speed-progress", linger_ms=0)

@@ -85,7 +85,7 @@ def write_records(parts: Sequence[DataFrame], options: dict[str, str]) -> None:
 
 def publish_view(view: ViewSpec, settings: Settings) -> MicroBatchFunction:
     """A foreachBatch function writing a view's changed rows to ``speed.<view>``."""
-    topic = settings.topics.speed(view.name)
+    topic = settings.speed_topics.speed(view.name)
     options = kafka_sink_options(settings.kafka)
 
     def publish(rows: DataFrame, batch_id: int) -> None:

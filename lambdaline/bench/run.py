@@ -219,7 +219,7 @@ class Bench:
             self.settings.kafka, "lambdaline-bench", auto_offset_reset="earliest", group_id=None,
             consumer_timeout_ms=3000,
         )  # fmt: skip
-        consumer.subscribe([self.settings.topics.speed_progress])
+        consumer.subscribe([self.settings.speed_topics.speed_progress])
         try:
             return [json.loads(record.value) for record in consumer]
         finally:

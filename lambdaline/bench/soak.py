@@ -308,7 +308,7 @@ class Soak:
     ) -> None:
         """Sample every SAMPLE_S for ``seconds``, sending a probe every probe_every_s."""
         self.phases.append(phase)
-        speed_store = self.settings.topics.speed_store()
+        speed_store = self.settings.speed_topics.speed_store()
         last = {"t": time.monotonic(), "end": self._end_offsets(), "cpu": self._cpu(job)}
         last["written"] = self._end_offsets(speed_store)
         last["read"] = read_offsets(follower.latest.get(query, {}), self.inputs)
@@ -440,7 +440,7 @@ class Soak:
         client = httpx2.Client(
             base_url=f"http://127.0.0.1:{port}", headers={"X-API-Key": self.api_key}, timeout=10
         )
-        follower = ProgressFollower(self.settings, [self.settings.topics.speed_progress])
+        follower = ProgressFollower(self.settings, [self.settings.speed_topics.speed_progress])
         producer = kafka_producer(self.settings.kafka, "lambdaline-soak", linger_ms=0)
         results: dict[str, Any] = {}
         try:

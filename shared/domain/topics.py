@@ -71,6 +71,22 @@ class Topics:
     def diagnostic_entries(self) -> str:
         return self.speed(DIAGNOSTIC_ENTRIES)
 
+    def of_generation(self, generation: int) -> Topics:
+        """The topics a generation of the views writes (``lambdaline generation``): the
+        first generation's are these; generation N's speed store, progress and internal
+        topic are ``<speed_prefix>gN.<view>``, ``<speed_progress>.gN`` and
+        ``<speed_prefix>gN.internal.diagnostic_entries``. The inputs and
+        ``dead.letters`` are every generation's."""
+        if generation < 1:
+            raise ValueError(f"a generation is numbered from 1, not {generation}")
+        if generation == 1:
+            return self
+        return dataclasses.replace(
+            self,
+            speed_prefix=f"{self.speed_prefix}g{generation}.",
+            speed_progress=f"{self.speed_progress}.g{generation}",
+        )
+
     def speed_store(self, views: Iterable[str]) -> list[str]:
         """Every topic the speed job writes its state of the views to: the views' own, its
         progress reports and its internal topic (not ``dead.letters``, an append-only log),

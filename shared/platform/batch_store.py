@@ -1,7 +1,8 @@
 """The batch store's contract: its layout, its tables and the ``CURRENT`` pointer.
 
 The batch layer writes the store and the serving layer reads it; both import
-this module and nothing of each other. Layout under ``settings.batch_store``::
+this module and nothing of each other. Layout under ``settings.batch_store`` (each
+generation's, ``shared.platform.generations``)::
 
     CURRENT                      JSON pointer to the served version (see BatchVersion)
     versions/00000007.duckdb     one immutable DuckDB file per published version
@@ -175,7 +176,8 @@ class BatchVersion:
     the master dataset will never hold (:class:`LostInput`), so the version's rows
     lack them too. ``corrections`` summarises how its rows of the days it newly
     covers differ from the speed layer's final rows (``batch_layer.corrections``;
-    None: not compared).
+    None: not compared). ``generation``: the generation of the views it holds
+    (``shared.platform.generations``).
     """
 
     version: int
@@ -188,6 +190,7 @@ class BatchVersion:
     view_settings: dict[str, str]
     lost_input: tuple[LostInput, ...] = ()
     corrections: Mapping[str, Any] | None = None
+    generation: int = 1
     path: str = field(default="")
 
     def __post_init__(self) -> None:
@@ -207,6 +210,7 @@ class BatchVersion:
             "view_settings": self.view_settings,
             "lost_input": [lost.to_document() for lost in self.lost_input],
             "corrections": self.corrections,
+            "generation": self.generation,
         }
         return json.dumps(document, indent=2, sort_keys=True) + "\n"
 
@@ -230,6 +234,7 @@ class BatchVersion:
                 LostInput.from_document(lost) for lost in document.get("lost_input", [])
             ),
             corrections=document.get("corrections"),
+            generation=int(document.get("generation", 1)),  # published before generations
         )
 
 

@@ -1,4 +1,4 @@
-"""Test hooks: named points where a batch run waits to be killed with ``kill -9``.
+"""Test hooks: named points where a batch run (or a promotion) waits to be killed with ``kill -9``.
 
 A test sets ``$LAMBDALINE_FAILPOINT`` to one point's name, starts the run in a
 process group of its own, waits for the ``failpoint_reached`` log line and
@@ -15,6 +15,9 @@ kills the group. The points:
   (:mod:`batch_layer.publish`).
 - ``publish_before_pointer``: the version file is in place, ``CURRENT`` not
   yet replaced.
+- ``promote_before_pointer``: ``lambdaline generation promote`` (or rollback) has
+  found the generation ready, and not yet replaced ``ACTIVE``
+  (:mod:`shared.platform.generations`).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ FAILPOINTS = frozenset(
         "recompute_before_publish",
         "publish_tables",
         "publish_before_pointer",
+        "promote_before_pointer",
     }
 )
 

@@ -76,8 +76,8 @@ def read_speed_store(
     the end is not reached within ``timeout_s``, and Kafka's errors if the cluster
     cannot be reached.
     """
-    views_by_topic = {settings.topics.speed(view): view for view in views}
-    topics = [*views_by_topic, settings.topics.speed_progress]
+    views_by_topic = {settings.speed_topics.speed(view): view for view in views}
+    topics = [*views_by_topic, settings.speed_topics.speed_progress]
     tables = SpeedTables(views=settings.views)
     consumer = kafka_consumer(
         settings.kafka, "lambdaline-speed-reader", group_id=None, auto_offset_reset="earliest"

@@ -16,11 +16,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
+import json
 import logging
 import re
 import signal
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import datetime
 from types import FrameType
 
 from py4j.protocol import Py4JJavaError
@@ -29,6 +31,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.streaming.readwriter import DataStreamReader
 
+from shared.platform.kafka_admin import offset_bounds
 from shared.platform.kafka_security import spark_kafka_options
 from shared.platform.logs import log_event
 from shared.settings import KafkaSettings
@@ -71,6 +74,25 @@ def kafka_stream(
         .option("kafka.request.timeout.ms", timeout_ms)
         .option("subscribe", ",".join(topics))
         .option("startingOffsets", "earliest")
+    )
+
+
+def from_times(
+    reader: DataStreamReader, kafka: KafkaSettings, starts: Mapping[str, datetime]
+) -> DataStreamReader:
+    """``reader`` (:func:`kafka_stream`) starting each topic of ``starts`` at the first record
+    of that time or later, by record timestamp (Kafka's ``offsetsForTimes``), and at its
+    end if it holds none; a topic not named starts at its earliest. Only a new
+    checkpoint reads from there: a checkpoint's own offsets win."""
+    partitions: dict[str, list[int]] = {}
+    for topic, partition in offset_bounds(kafka, list(starts)):
+        partitions.setdefault(topic, []).append(partition)
+    by_time = {
+        topic: {str(p): int(starts[topic].timestamp() * 1000) for p in sorted(numbers)}
+        for topic, numbers in partitions.items()
+    }
+    return reader.option("startingOffsetsByTimestamp", json.dumps(by_time)).option(
+        "startingOffsetsByTimestampStrategy", "latest"
     )
 
 

@@ -34,8 +34,9 @@ class TopicSpec:
 
 
 def all_topics(settings: Settings) -> list[TopicSpec]:
-    """The topics `lambdaline topics create` makes, in a stable order."""
-    topics, partitions = settings.topics, settings.kafka.partitions
+    """The topics `lambdaline topics create` makes, in a stable order: the inputs,
+    `dead.letters`, and the speed store of the settings' generation."""
+    topics, partitions = settings.speed_topics, settings.kafka.partitions
     retention_ms = str(int(settings.speed.retention.total_seconds() * 1000))
     speed_config = {"cleanup.policy": "compact,delete", "retention.ms": retention_ms}
     kept = settings.kafka.input_retention

@@ -358,6 +358,16 @@ class SpeedSettings(SettingsGroup):
     retention: PositiveDuration = Field(
         timedelta(days=3), description="retention of speed.* topics (>= 3 batch periods)"
     )
+    promote_watermark_gap: PositiveDuration = Field(
+        timedelta(minutes=1),
+        description="a new generation is promoted only when its speed watermark is at most "
+        "this far behind the served generation's (`lambdaline generation promote`)",
+    )
+    promote_max_lag: int = Field(
+        10_000,
+        ge=0,
+        description="... and its speed job has at most this many input records left to read",
+    )
 
 
 class BatchSettings(SettingsGroup):
@@ -549,6 +559,13 @@ class Settings(BaseModel):
         description="JVM jars resolved by Maven (broker, Spark Kafka connector); default "
         "$XDG_CACHE_HOME/lambdaline/jvm",
     )
+    generation: int = Field(
+        1,
+        ge=1,
+        description="the generation of the views a speed job or batch run computes: its "
+        "speed topics, checkpoint and batch store (`lambdaline generation`; commands take "
+        "--generation)",
+    )
     topics: Annotated[TopicNames, BeforeValidator(_topic_names)] = Field(default_factory=TopicNames)
     kafka: KafkaSettings = Field(default_factory=KafkaSettings)
     spark: SparkSettings = Field(default_factory=SparkSettings)
@@ -614,6 +631,17 @@ class Settings(BaseModel):
         return self.state_dir / "checkpoints"
 
     @property
+    def speed_checkpoint(self) -> Path:
+        """The speed job's checkpoint folder (one subfolder per query), of its generation."""
+        name = "speed" if self.generation == 1 else f"speed.g{self.generation}"
+        return self.checkpoints_dir / name
+
+    @property
+    def speed_topics(self) -> TopicNames:
+        """The topics, with the speed store's of this generation (``Topics.of_generation``)."""
+        return self.topics.of_generation(self.generation)  # type: ignore[return-value]
+
+    @property
     def master_location(self) -> str:
         """Where the master dataset lives, as Spark reads it (path or URL, no trailing /)."""
         if self.batch.master_dir:
@@ -621,5 +649,13 @@ class Settings(BaseModel):
         return str(self.state_dir / "master")
 
     @property
-    def batch_store(self) -> Path:
+    def batch_store_root(self) -> Path:
+        """The batch store: generation 1's versions, the run lock, and the generations
+        (``shared.platform.generations``)."""
         return self.batch.store_dir if self.batch.store_dir else self.state_dir / "batch"
+
+    @property
+    def batch_store(self) -> Path:
+        """This generation's batch store (its ``CURRENT`` and versions)."""
+        root = self.batch_store_root
+        return root if self.generation == 1 else root / "generations" / f"{self.generation:04d}"
