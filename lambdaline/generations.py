@@ -33,13 +33,14 @@ from rich.console import Console
 from rich.table import Table
 
 from shared.domain.events import format_instant
-from shared.domain.topics import DERIVED_QUERY_PREFIX
 from shared.platform.batch_store import BatchVersion, read_current
 from shared.platform.generations import (
     Active,
     Generation,
     GenerationError,
+    JobFacts,
     generations_lock,
+    input_lag,
     live,
     of_settings,
     read_active,
@@ -47,6 +48,7 @@ from shared.platform.generations import (
     replay_from,
     retire_record,
     settings_of,
+    waiting_for,
     write_active,
     write_generation,
 )
@@ -83,18 +85,6 @@ def _fail(message: str) -> typer.Exit:
 
 
 # --- what each generation is doing ------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class JobFacts:
-    """A generation's speed job as its progress reports and its lock show it."""
-
-    pid: int | None
-    """The process holding its checkpoint, None if none does."""
-    watermark: datetime | None
-    lag: int | None
-    """Input records its queries have not read yet (None: no progress report yet)."""
-    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -154,77 +144,16 @@ def job_facts(settings: Settings) -> JobFacts:
             watermark = tables.watermark
         finally:
             tables.close()
-        ends = offset_bounds(settings.kafka, settings.topics.inputs())
+        bounds = offset_bounds(settings.kafka, settings.topics.inputs())
     except (KafkaError, KafkaNotReadyError, TimeoutError) as error:
-        return JobFacts(pid, None, None, f"{type(error).__name__}: {error}")
-    return JobFacts(pid, _naive_utc(watermark), input_lag(reports, ends))
+        return JobFacts(None, None, pid, f"{type(error).__name__}: {error}")
+    ends = {partition: int(bound.end) for partition, bound in bounds.items()}
+    return JobFacts(_naive_utc(watermark), input_lag(reports, ends), pid)
 
 
 def _naive_utc(moment: datetime | None) -> datetime | None:
     """The speed tables hold zone-less UTC."""
     return moment.replace(tzinfo=UTC) if moment is not None and moment.tzinfo is None else moment
-
-
-def input_lag(reports: dict[str, dict[str, Any]], ends: dict[tuple[str, int], Any]) -> int | None:
-    """Records of the input partitions (``ends``: each one's bounds) that the queries
-    reading them have not read yet, by their latest progress reports: for each partition,
-    its end offset less the least offset a query has read it to. None if a partition has
-    no query that reported it yet."""
-    read_to: dict[tuple[str, int], int] = {}
-    for query, report in reports.items():
-        if query.startswith(DERIVED_QUERY_PREFIX):
-            continue  # reads the speed layer's own topic
-        for source in report.get("source_end_offsets") or []:
-            for topic, partitions in source.items():
-                for partition, offset in partitions.items():
-                    key = (topic, int(partition))
-                    read_to[key] = min(read_to.get(key, int(offset)), int(offset))
-    if not ends or any(key not in read_to for key in ends):
-        return None
-    return sum(max(int(bounds.end) - read_to[key], 0) for key, bounds in ends.items())
-
-
-def waiting_for(candidate: GenerationState, served: GenerationState, base: Settings) -> list[str]:
-    """What ``candidate`` lacks before it can be served instead of ``served``: a batch
-    version reaching the start of its speed store, a speed watermark within
-    ``speed_promote_watermark_gap`` of the served one's, and a lag of at most
-    ``speed_promote_max_lag`` records."""
-    number, speed = candidate.generation.number, base.speed
-    reasons = []
-    batch, covers = candidate.batch, candidate.generation.covers_from
-    if batch is None:
-        reasons.append(
-            f"a published batch version: run `lambdaline batch run --generation {number}`"
-        )
-    elif covers is not None and batch.horizon < covers:
-        reasons.append(
-            f"a batch version reaching {format_instant(covers)}, where its speed store "
-            f"starts (version {batch.version}'s horizon is {format_instant(batch.horizon)})"
-        )
-    job = candidate.job
-    if job.error is not None:
-        reasons.append(f"its speed job's progress, which cannot be read: {job.error}")
-    elif job.watermark is None:
-        reasons.append(
-            "its speed job's first watermark"
-            + ("" if job.pid else f" (no job runs: `lambdaline speed run --generation {number}`)")
-        )
-    elif served.job.watermark is not None:
-        behind = served.job.watermark - job.watermark
-        if behind > speed.promote_watermark_gap:
-            reasons.append(
-                f"its speed watermark {format_instant(job.watermark)}: "
-                f"{behind.total_seconds():.0f} s behind the served generation's, more than "
-                f"speed_promote_watermark_gap ({speed.promote_watermark_gap.total_seconds():g} s)"
-            )
-    if job.error is None and job.lag is None and job.watermark is not None:
-        reasons.append("its speed job's lag (a progress report of every input partition)")
-    elif job.lag is not None and job.lag > speed.promote_max_lag:
-        reasons.append(
-            f"its speed job's lag: {job.lag:,} input records to read, more than "
-            f"speed_promote_max_lag ({speed.promote_max_lag:,})"
-        )
-    return reasons
 
 
 def states(base: Settings) -> tuple[Active, list[GenerationState]]:
@@ -247,11 +176,23 @@ def states(base: Settings) -> tuple[Active, list[GenerationState]]:
     if served is None:
         return active, found
     return active, [
-        state
-        if state.served
-        else replace(state, waiting_for=tuple(waiting_for(state, served, base)))
+        state if state.served else replace(state, waiting_for=_waiting_for(state, served, base))
         for state in found
     ]
+
+
+def _waiting_for(
+    state: GenerationState, served: GenerationState, base: Settings
+) -> tuple[str, ...]:
+    reasons = waiting_for(
+        state.generation, state.batch, state.job, served.job.watermark, base.speed
+    )
+    if reasons and state.job.pid is None:
+        number = state.generation.number
+        reasons.append(
+            f"(no speed job of it runs here: `lambdaline speed run --generation {number}`)"
+        )
+    return tuple(reasons)
 
 
 # --- commands ---------------------------------------------------------------------------

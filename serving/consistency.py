@@ -5,11 +5,16 @@ the batch version and horizon it was merged at, and what this worker had
 materialised of the speed store when it read the rows. The token is
 base64url (no padding) of a JSON object, version 1::
 
-    {"v": 1,
+    {"v": 1, "generation": 2,
      "batch_version": 7, "horizon": "2026-01-06T00:00:00.000Z",
      "speed": {"speed.booth_stats": {"0": 1204, "1": 998}, ...},
      "input": {"toll.entries": {"0": 5120, "1": 4873}, ...}}
 
+- ``generation``: the generation of the views served (``shared.platform.generations``):
+  the batch version and the speed topics are that generation's. Waiting for a token of
+  another generation (one served before a promotion or a rollback) compares only its
+  ``input`` offsets, which every generation reads alike: the answer is the served
+  generation's, and says which generation the token was of (``after_generation``).
 - ``speed``: per partition of the ``speed.<view>`` topics, the next offset this
   worker reads: every record before it is applied to its tables.
 - ``input``: per partition of the input topics, the offset up to which
@@ -106,9 +111,12 @@ class ConsistencyToken:
     horizon: datetime | None = None
     speed: Offsets = field(default_factory=dict)
     input: Offsets = field(default_factory=dict)
+    generation: int | None = None
 
     def encode(self) -> str:
         document: dict[str, Any] = {"v": TOKEN_FORMAT}
+        if self.generation is not None:
+            document["generation"] = self.generation
         if self.batch_version is not None:
             document["batch_version"] = self.batch_version
         if self.horizon is not None:
@@ -141,6 +149,11 @@ class ConsistencyToken:
         version = document.get("batch_version")
         if version is not None and (type(version) is not int or not 1 <= version <= MAX_OFFSET):
             raise BadTokenError(f"batch_version {_short(version)} is not a version number")
+        generation = document.get("generation")
+        if generation is not None and (
+            type(generation) is not int or not 1 <= generation <= MAX_OFFSET
+        ):
+            raise BadTokenError(f"generation {_short(generation)} is not a generation number")
         horizon = document.get("horizon")
         try:
             if horizon is not None and not isinstance(horizon, str):
@@ -153,14 +166,20 @@ class ConsistencyToken:
         room = [max_partitions]
         return cls(
             batch_version=version,
+            generation=generation,
             horizon=parsed,
             speed=_offsets(document.get("speed", {}), "speed", room),
             input=_offsets(document.get("input", {}), "input", room),
         )
 
     def behind(self, wanted: ConsistencyToken) -> list[str]:
-        """What this (a worker's state) lacks of ``wanted``, in words; empty: nothing."""
-        lacking = []
+        """What this (a worker's state) lacks of ``wanted``, in words; empty: nothing.
+
+        A token of another generation than this one's names another batch store and
+        other speed topics: only its input offsets are compared."""
+        lacking: list[str] = []
+        if self.other_generation(wanted):
+            wanted = ConsistencyToken(input=wanted.input)
         if wanted.batch_version is not None and (
             self.batch_version is None or self.batch_version < wanted.batch_version
         ):
@@ -176,6 +195,10 @@ class ConsistencyToken:
                     if held < offset:
                         lacking.append(f"{name} {topic}[{partition}] to {offset} (at {held})")
         return lacking
+
+    def other_generation(self, wanted: ConsistencyToken) -> bool:
+        """``wanted`` names a generation, and not this one's (no generation: the first)."""
+        return wanted.generation is not None and wanted.generation != (self.generation or 1)
 
 
 @dataclass

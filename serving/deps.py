@@ -24,6 +24,7 @@ from fastapi.security import APIKeyHeader
 
 from serving.batch_reader import BatchReader, BatchSnapshot, VersionRefusedError
 from serving.consistency import BadTokenError, ConsistencyToken
+from serving.generations import Generations, Served
 from serving.limits import KeyRates, retry_after
 from serving.models import Conflict, Problem
 from serving.speed_consumer import SpeedConsumer
@@ -32,33 +33,41 @@ from shared.platform.speed_tables import SpeedTables
 from shared.settings import Settings
 
 
-async def app_settings(request: Request) -> Settings:
-    settings: Settings = request.app.state.settings
-    return settings
+async def served(request: Request) -> Served:
+    """The generation a request reads, taken once when it starts (FastAPI gives every
+    dependency of one request the same value): a switch of generation happens between
+    requests, never within one (:mod:`serving.generations`)."""
+    generations: Generations = request.app.state.generations
+    return generations.active
+
+
+ServedDep = Annotated[Served, Depends(served)]
+
+
+async def app_settings(generation: ServedDep) -> Settings:
+    """The settings of the generation served: the API's, with its view settings."""
+    return generation.settings
 
 
 SettingsDep = Annotated[Settings, Depends(app_settings)]
 
 
-async def batch_reader(request: Request) -> BatchReader:
-    reader: BatchReader = request.app.state.batch_reader
-    return reader
+async def batch_reader(generation: ServedDep) -> BatchReader:
+    return generation.reader
 
 
 BatchReaderDep = Annotated[BatchReader, Depends(batch_reader)]
 
 
-async def speed_tables(request: Request) -> SpeedTables:
-    tables: SpeedTables = request.app.state.speed_tables
-    return tables
+async def speed_tables(generation: ServedDep) -> SpeedTables:
+    return generation.tables
 
 
 SpeedDep = Annotated[SpeedTables, Depends(speed_tables)]
 
 
-async def speed_consumer(request: Request) -> SpeedConsumer | None:
-    consumer: SpeedConsumer | None = request.app.state.speed_consumer
-    return consumer
+async def speed_consumer(generation: ServedDep) -> SpeedConsumer | None:
+    return generation.consumer
 
 
 SpeedConsumerDep = Annotated[SpeedConsumer | None, Depends(speed_consumer)]
@@ -187,11 +196,14 @@ AFTER_POLL_S = 0.05
 """How often a request with ``after=`` looks again at what its worker has materialised."""
 
 
-def worker_token(version: BatchVersion | None, consumer: SpeedConsumer | None) -> ConsistencyToken:
-    """What this worker has materialised: the batch version (its horizon) and the
-    speed store (:mod:`serving.consistency`)."""
+def worker_token(
+    version: BatchVersion | None, consumer: SpeedConsumer | None, generation: int = 1
+) -> ConsistencyToken:
+    """What this worker has materialised of ``generation``: the batch version (its
+    horizon) and the speed store (:mod:`serving.consistency`)."""
     speed, inputs = consumer.materialised() if consumer is not None else ({}, {})
     return ConsistencyToken(
+        generation=generation,
         batch_version=version.version if version is not None else None,
         horizon=version.horizon if version is not None else None,
         speed=speed,
@@ -208,11 +220,16 @@ class Stores:
     speed: SpeedTables
     consumer: SpeedConsumer | None
     max_staleness: timedelta | None = None
+    generation: int = 1
+    after_generation: int | None = None
+    """The generation of the ``after=`` token, if not this one's (it was waited for by its
+    input offsets only, and the answer says so)."""
 
     def token(self) -> ConsistencyToken:
         """What the answer is consistent with, taken before its rows are read: the
         speed tables only grow past it."""
-        return worker_token(self.batch.version if self.batch else None, self.consumer)
+        batch = self.batch.version if self.batch else None
+        return worker_token(batch, self.consumer, self.generation)
 
     def check_staleness(self, watermark: datetime | None) -> None:
         """Raise ConflictError if ``max_staleness`` was asked and the speed watermark is
@@ -244,13 +261,14 @@ async def _materialised(
     wanted: ConsistencyToken,
     reader: BatchReader,
     consumer: SpeedConsumer | None,
+    generation: int,
     wait: timedelta,
 ) -> None:
     """Return once this worker has materialised what ``wanted`` names; after ``wait``,
     raise ConflictError naming what is missing."""
     deadline = time.monotonic() + wait.total_seconds()
     while True:
-        have = worker_token(reader.version, consumer)
+        have = worker_token(reader.version, consumer, generation)
         behind = have.behind(wanted)
         if not behind:
             return
@@ -269,6 +287,7 @@ async def _materialised(
 
 
 async def view_stores(
+    generation: ServedDep,
     settings: SettingsDep,
     reader: BatchReaderDep,
     speed: SpeedDep,
@@ -298,22 +317,25 @@ async def view_stores(
         ),
     ] = None,
 ) -> AsyncIterator[Stores]:
-    """The stores a view request reads, after waiting for ``after``."""  # fmt: skip
+    """The stores a view request reads (of the generation served when it started), after
+    waiting for ``after``."""  # fmt: skip
+    serving, number = settings.serving, generation.number
+    after_generation = None
     if after is not None:
         try:
-            wanted = ConsistencyToken.decode(
-                after, settings.serving.token_bytes, settings.serving.token_partitions
-            )
+            wanted = ConsistencyToken.decode(after, serving.token_bytes, serving.token_partitions)
         except BadTokenError as error:
             raise invalid_query("after", after[:100], f"not a consistency token: {error}") from None
-        await _materialised(wanted, reader, consumer, settings.serving.after_wait)
+        if ConsistencyToken(generation=number).other_generation(wanted):
+            after_generation = wanted.generation
+        await _materialised(wanted, reader, consumer, number, serving.after_wait)
     try:
         batch = reader.acquire(version)
     except VersionRefusedError as error:
         raise HTTPException(error.status, detail=str(error)) from None
     try:
         staleness = timedelta(seconds=max_staleness) if max_staleness is not None else None
-        yield Stores(batch, speed, consumer, staleness)
+        yield Stores(batch, speed, consumer, staleness, number, after_generation)
     finally:
         if batch is not None:
             batch.release()

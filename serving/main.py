@@ -24,6 +24,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from serving.batch_reader import BatchReader
 from serving.deps import ConflictError
+from serving.generations import Generations, served_stores
 from serving.limits import KeyRates, RequestLimits
 from serving.metrics import (
     LatencyMiddleware,
@@ -47,8 +48,6 @@ from serving.routers import (
     views,
 )
 from serving.routers.stream import ABORT
-from serving.speed_consumer import SpeedConsumer
-from serving.stream import StreamHub
 from shared.platform.logs import log_event
 from shared.platform.speed_tables import SpeedTables
 from shared.settings import Settings, get_settings
@@ -65,25 +64,24 @@ def create_app(
     speed_tables: SpeedTables | None = None,
     follow_kafka: bool = True,
 ) -> FastAPI:
-    """The API; stores not given are created from settings and started with the app."""
+    """The API; stores not given are created from settings and started with the app.
+
+    Without stores given, it serves the generation ``ACTIVE`` names and follows it
+    (:mod:`serving.generations`); with them, those stores only."""
     settings = settings or get_settings()
-    threads = settings.serving.duckdb_threads
-    tables = speed_tables or SpeedTables(threads, settings.views)
-    reader = batch_reader or BatchReader(
-        settings.batch_store, cache_bytes=settings.serving.cache_mb * 2**20, threads=threads
-    )
-    hub = StreamHub(settings.serving.stream_buffer, settings.serving.stream_queue)
-    consumer = SpeedConsumer(settings, tables, hub) if follow_kafka else None
+    fixed = None
+    if batch_reader is not None or speed_tables is not None:
+        fixed = served_stores(settings, None, follow_kafka, batch_reader, speed_tables)
+    generations = Generations(settings, follow_kafka, fixed)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        reader.start()
-        hub.start(asyncio.get_running_loop())
-        if consumer is not None:
-            consumer.start()
+        generations.start(asyncio.get_running_loop())
         tasks = [
-            asyncio.create_task(_prune_speed_store(reader, tables, settings.speed.retention)),
+            asyncio.create_task(_prune_speed_store(generations, settings.speed.retention)),
             asyncio.create_task(stream.announce(app)),
+            asyncio.create_task(generations.follow()),
+            asyncio.create_task(generations.follow_input_ends()),
         ]
         if multiprocess_mode():  # its gauges must be current whichever worker a scrape reaches
             tasks.append(asyncio.create_task(_refresh_gauges(app)))
@@ -92,9 +90,7 @@ def create_app(
         finally:
             for task in tasks:
                 task.cancel()
-            if consumer is not None:
-                consumer.stop()
-            reader.stop()
+            generations.stop()
             process_stopped()
 
     # /docs and /redoc with their scripts served by the app itself: FastAPI's own
@@ -111,13 +107,9 @@ def create_app(
         RequestLimits(build_stack(), settings.serving)
     )
     app.state.settings = settings
-    app.state.batch_reader = reader
-    app.state.speed_tables = tables
-    app.state.speed_consumer = consumer
+    app.state.generations = generations
     app.state.metrics = Metrics()
     app.state.key_rates = KeyRates(settings.serving.rate_per_key)
-    app.state.stream_hub = hub
-    hub.on_drop = app.state.metrics.stream_dropped.inc
     app.add_middleware(LatencyMiddleware, metrics=app.state.metrics)
     app.add_exception_handler(ConflictError, _conflict)  # type: ignore[arg-type]
     for router in (
@@ -176,11 +168,10 @@ async def _refresh_gauges(app: FastAPI) -> None:
         await asyncio.sleep(1.0)
 
 
-async def _prune_speed_store(
-    reader: BatchReader, tables: SpeedTables, retention: timedelta
-) -> None:
-    """Keep the speed store bounded: every ``PRUNE_EVERY_S``, delete the speed rows
-    before H - ``retention`` (H: the served batch horizon; nothing without a version).
+async def _prune_speed_store(generations: Generations, retention: timedelta) -> None:
+    """Keep the speed stores bounded: every ``PRUNE_EVERY_S``, delete each generation's
+    speed rows before H - ``retention`` (H: its served batch horizon; nothing without a
+    version).
 
     Rows below H are never served from the speed store (the merge rule), so only a
     rollback could want them, and the speed topics themselves keep no more than
@@ -188,14 +179,19 @@ async def _prune_speed_store(
     long-running API would keep every speed row it ever read.
     """
     while True:
-        version = reader.version
-        if version is not None:
+        for served in generations.all:
+            version = served.reader.version
+            if version is None:
+                continue
             before = naive_utc(version.horizon - retention)
             try:
-                deleted = await run_in_threadpool(tables.prune, before)
+                deleted = await run_in_threadpool(served.tables.prune, before)
             except duckdb.Error as error:  # the store keeps serving; say why, try again later
                 log_event(logger, "speed_prune_failed", before=before, error=str(error))
             else:
                 if any(deleted.values()):
-                    log_event(logger, "speed_rows_pruned", before=before, rows=deleted)
+                    log_event(
+                        logger, "speed_rows_pruned", generation=served.number, before=before,
+                        rows=deleted,
+                    )  # fmt: skip
         await asyncio.sleep(PRUNE_EVERY_S)

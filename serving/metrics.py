@@ -63,6 +63,10 @@ class Metrics:
         # with several workers (the last argument): the lowest version and horizon any of
         # them serves, the largest lag, 0 if any consumer is down, the earliest watermark
         gauge = partial(Gauge, registry=self.registry)
+        self.generation = gauge(
+            "lambdaline_generation", "served generation of the views (lambdaline generation)",
+            multiprocess_mode="livemin",
+        )  # fmt: skip
         self.batch_version = gauge(
             "lambdaline_batch_version", "served batch version (-1: none)",
             multiprocess_mode="livemin",
@@ -158,9 +162,9 @@ class LatencyMiddleware:
 
 def refresh_gauges(app: FastAPI) -> None:
     """Set the gauges from this process's stores (they change without a request)."""
-    state = app.state
-    metrics: Metrics = state.metrics
-    version = state.batch_reader.version
+    metrics: Metrics = app.state.metrics
+    served = app.state.generations.active
+    version = served.reader.version
     metrics.batch_version.set(version.version if version else -1)
     metrics.batch_horizon.set(version.horizon.timestamp() if version else 0)
     corrections = (version.corrections or {}) if version else {}
@@ -169,17 +173,18 @@ def refresh_gauges(app: FastAPI) -> None:
             metrics.corrections.labels(view, kind).set(counts.get(kind, 0))
     for query, rows in (corrections.get("late_rows_since_previous") or {}).items():
         metrics.late_rows.labels(query).set(rows)
-    consumer = state.speed_consumer
+    consumer = served.consumer
     lag = consumer.lag if consumer is not None else None
     metrics.speed_lag.set(lag if lag is not None else -1)
     metrics.speed_consumer_up.set(consumer is not None and consumer.following)
-    with state.batch_reader.snapshot() as snapshot:
+    with served.reader.snapshot() as snapshot:
         metrics.cache_bytes.set(snapshot.cache.bytes if snapshot is not None else 0)
-    watermark = state.speed_tables.watermark
+    watermark = served.tables.watermark
     metrics.speed_watermark.set(watermark.timestamp() if watermark else 0)
-    metrics.speed_rejected.set(state.speed_tables.rejected)
-    metrics.stream_clients.set(len(state.stream_hub.clients))
-    metrics.stream_queued.set(state.stream_hub.most_queued)
+    metrics.speed_rejected.set(served.tables.rejected)
+    metrics.stream_clients.set(len(served.hub.clients))
+    metrics.stream_queued.set(served.hub.most_queued)
+    metrics.generation.set(served.number)
 
 
 def process_stopped() -> None:

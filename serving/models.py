@@ -78,6 +78,15 @@ class ViewResponse(BaseModel, Generic[RowT]):
         description="batch rows before it, speed rows from it; null before the first batch run"
     )
     batch_version: int | None
+    generation: int = Field(
+        description="the generation of the views the rows are of (`lambdaline generation`)"
+    )
+    after_generation: int | None = Field(
+        None,
+        description="present when `after=` was a token of another generation (served before "
+        "a promotion or rollback): its input offsets were waited for, and the rows are "
+        "`generation`'s",
+    )
     speed_watermark: Instant | None = Field(
         description="event time up to which the speed layer's results are complete"
     )
@@ -131,7 +140,30 @@ class LostInputRange(BaseModel):
     ingest_batch: int = Field(description="the first ingest batch after the gap")
 
 
+class GenerationStatus(BaseModel):
+    """One live generation of the views, as this worker sees it."""
+
+    generation: int
+    fingerprint: str | None = Field(description="of its view modules' code and view settings")
+    view_settings: dict[str, str]
+    served: bool
+    materialised: bool = Field(description="this worker holds its stores")
+    caught_up: bool = Field(description="this worker has read its speed store to the end")
+    batch_version: int | None
+    batch_horizon: Instant | None
+    speed_watermark: Instant | None
+    speed_lag_records: int | None = Field(
+        description="input records its speed job has not read yet (by its progress reports)"
+    )
+    ready: bool = Field(description="it may be promoted (`lambdaline generation promote`)")
+    waiting_for: list[str]
+
+
 class StatusResponse(BaseModel):
+    generation: int = Field(description="the generation of the views served")
+    generations: list[GenerationStatus] = Field(
+        description="every live generation (one, unless `lambdaline generation start` ran)"
+    )
     batch_version: int | None
     horizon: Instant | None
     batch_created_at: Instant | None
@@ -264,6 +296,7 @@ class SqlResponse(BaseModel):
 
     horizon: Instant | None
     batch_version: int | None
+    generation: int = Field(description="the generation of the views queried")
     speed_watermark: Instant | None
     consistency: str = Field(description=CONSISTENCY)
     columns: list[SqlColumn]

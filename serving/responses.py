@@ -74,6 +74,8 @@ class ViewRows:
     """The speed watermark the rows' ``final`` was decided by."""
     consistency: str
     """The answer's consistency token (:mod:`serving.consistency`)."""
+    generation: int = 1
+    after_generation: int | None = None
 
 
 async def view_rows(
@@ -94,10 +96,11 @@ async def view_rows(
     watermark = speed.watermark
     query = dataclasses.replace(query, final_before=speed.final_before(query.view, watermark))
     token = stores.token().encode()
+    generations = (stores.generation, stores.after_generation)
     if batch is None:
         stores.check_staleness(watermark)
         rows = await _read(query, batch, speed, roll_up_to)
-        return ViewRows(rows, None, None, "bypass", watermark, token)
+        return ViewRows(rows, None, None, "bypass", watermark, token, *generations)
     horizon, version = batch.version.horizon, batch.version.version
     speed_takes_part = Source.SPEED in sources_for(
         query.start, query.end, horizon, query.view.horizon
@@ -106,14 +109,14 @@ async def view_rows(
         stores.check_staleness(watermark)
     if not batch.cache.enabled or speed_takes_part:
         rows = await _read(query, batch, speed, roll_up_to)
-        return ViewRows(rows, horizon, version, "bypass", watermark, token)
+        return ViewRows(rows, horizon, version, "bypass", watermark, token, *generations)
     key = (query.key(), roll_up_to)  # batch rows only: final whatever the watermark
     found = batch.cache.get(key)
     if found is not None:
-        return ViewRows(found, horizon, version, "hit", watermark, token)
+        return ViewRows(found, horizon, version, "hit", watermark, token, *generations)
     rows = await _read(query, batch, speed, roll_up_to)
     batch.cache.put(key, rows)
-    return ViewRows(rows, horizon, version, "miss", watermark, token)
+    return ViewRows(rows, horizon, version, "miss", watermark, token, *generations)
 
 
 EVENT_LOOP_SPAN = timedelta(days=1)
@@ -152,8 +155,11 @@ def view_response(view: ViewRows, granularity: str | None = None) -> Response:
     head: dict[str, Any] = {
         "horizon": wire_instant(view.horizon) if view.horizon else None,
         "batch_version": view.batch_version,
+        "generation": view.generation,
         "speed_watermark": wire_instant(speed_watermark) if speed_watermark else None,
     }
+    if view.after_generation is not None:
+        head["after_generation"] = view.after_generation
     if granularity is not None:
         head["granularity"] = granularity
     head["truncated"] = view.rows.truncated

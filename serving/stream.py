@@ -13,7 +13,11 @@ Events:
   latest ``final.column`` value of a final row (``final_before``).
 - ``heartbeat``: every ``stream_heartbeat``: the consumer's health and lag.
 - ``reset``: the stream cannot continue where the client was (its ``Last-Event-ID``
-  is older than the replay buffer, or a speed topic was created again): reload.
+  is older than the replay buffer or of another generation, or a speed topic was
+  created again): reload.
+- ``generation``: another generation of the views is served (a promotion or a
+  rollback): ``{generation, fingerprint, view_settings}``, then ``reset``, ``horizon``
+  and ``watermark`` of the new one, whose rows follow. Its ids start ``g<N>/``.
 
 A ``row`` event's id says where in the speed topics the client is once it has
 it: each partition of the asked views with the next offset, as
@@ -59,6 +63,7 @@ from shared.settings.views import VIEW_BY_NAME
 logger = logging.getLogger("lambdaline.serving")
 
 ROW, HORIZON, WATERMARK, HEARTBEAT, RESET = "row", "horizon", "watermark", "heartbeat", "reset"
+GENERATION = "generation"
 
 Partition = tuple[str, int]
 """A view and a partition of its speed topic."""
@@ -86,18 +91,22 @@ class Event:
         self.rendered: dict[frozenset[str], bytes] = {}
         """A row as the clients of each set of views that read along with the log get it."""
 
-    def for_views(self, views: frozenset[str]) -> bytes:
+    def for_views(self, views: frozenset[str], generation: int = 1) -> bytes:
         """The row with the id of a client of ``views`` that has read the log along (one
-        encoding per set of views, however many clients share it)."""
+        encoding per set of views, however many clients share it; an event is of one
+        hub's log, so of one ``generation``)."""
         found = self.rendered.get(views)
         if found is None:
             positions = {p: o for p, o in self.after.items() if p[0] in views}
-            found = self.rendered[views] = wire(self, encode_id(positions))
+            found = self.rendered[views] = wire(self, encode_id(positions, generation))
         return found
 
 
-def encode_id(positions: dict[Partition, int]) -> str:
-    return ",".join(
+def encode_id(positions: dict[Partition, int], generation: int = 1) -> str:
+    """An event id: each partition's next offset; led by ``g<N>/`` from generation 2 on,
+    whose speed topics are others."""
+    prefix = f"g{generation}/" if generation > 1 else ""
+    return prefix + ",".join(
         f"{view}.{number}:{offset}" for (view, number), offset in sorted(positions.items())
     )
 
@@ -110,9 +119,17 @@ EVENT_ID_PART = re.compile(r"([a-z_]+)\.([0-9]{1,9}):([0-9]{1,19})")
 """One partition of an id: ``<view>.<partition>:<next offset>``, ASCII digits."""
 
 
-def decode_id(text: str, max_partitions: int) -> dict[Partition, int]:
-    """A ``Last-Event-ID`` as positions; raises :class:`BadEventIdError` if it is not one
-    of ours or names more than ``max_partitions`` partitions."""
+EVENT_ID_GENERATION = re.compile(r"g([0-9]{1,9})/")
+
+
+def decode_id(text: str, max_partitions: int) -> tuple[int, dict[Partition, int]]:
+    """A ``Last-Event-ID`` as its generation and positions; raises :class:`BadEventIdError`
+    if it is not one of ours or names more than ``max_partitions`` partitions."""
+    generation = 1
+    if (lead := EVENT_ID_GENERATION.match(text)) is not None:
+        generation, text = int(lead.group(1)), text[lead.end() :]
+        if generation < 2:
+            raise BadEventIdError(f"generation {generation} has no g<N>/ in its ids")
     parts = [part for part in text.split(",") if part]
     if len(parts) > max_partitions:
         raise BadEventIdError(
@@ -126,7 +143,7 @@ def decode_id(text: str, max_partitions: int) -> dict[Partition, int]:
             shown = part if len(part) <= 40 else part[:37] + "..."
             raise BadEventIdError(f"{shown!r} is not <view>.<partition>:<offset>")
         positions[(found.group(1), int(found.group(2)))] = int(found.group(3))
-    return positions
+    return generation, positions
 
 
 def wire(event: Event, event_id: str | None) -> bytes:
@@ -155,6 +172,8 @@ class Client:
     along: bool = True
     """It joined at the log's end and has read every event since, so its position is the
     log's (:meth:`Event.for_views`); False for a resume, which keeps its own."""
+    generation: int = 1
+    """Of the hub it reads (its ids say so)."""
 
     def render(self, seq: int, event: Event) -> bytes | None:
         """The event as this client gets it (with its id), or None if it is not for it."""
@@ -164,12 +183,12 @@ class Client:
             if event.view not in self.views:
                 return None
             if self.along:
-                return event.for_views(self.views)
+                return event.for_views(self.views, self.generation)
             where = (event.view, event.partition)
             if event.offset < self.positions.get(where, 0):
                 return None  # the client has it (a resume from another worker's id)
             self.positions[where] = event.offset + 1
-            return wire(event, encode_id(self.positions))
+            return wire(event, encode_id(self.positions, self.generation))
         if event.kind == RESET:
             if event.view not in self.views:
                 return None
@@ -181,7 +200,9 @@ class Client:
 class StreamHub:
     """The log (the replay buffer) and the connected clients of one worker."""
 
-    def __init__(self, buffer_size: int, queue_size: int):
+    def __init__(self, buffer_size: int, queue_size: int, generation: int = 1):
+        self.generation = generation
+        """Of the speed store this hub's rows come from (:mod:`serving.generations`)."""
         self.buffer_size = buffer_size
         self.queue_size = queue_size
         self._log: list[Event] = []
@@ -325,15 +346,25 @@ class StreamHub:
         views: frozenset[str],
         resume: dict[Partition, int] | None,
         greeting: Iterable[Event] = (),
+        resume_generation: int = 1,
     ) -> Client:
         """On the event loop: a client of ``views``, from ``resume`` (a decoded
-        ``Last-Event-ID``) if given and still in the log (else a ``reset`` first), else
-        from now on; ``greeting``: events it gets before any row (the horizon and
-        watermark as they are)."""
+        ``Last-Event-ID``, of ``resume_generation``) if given, of this hub's generation and
+        still in the log (else a ``reset`` first), else from now on; ``greeting``: events
+        it gets before any row (the horizon and watermark as they are)."""
         with self._lock:
             now = {p: o for p, o in self.positions.items() if p[0] in views}
-            client = Client(views, cursor=self.next_seq, since=self.next_seq, positions=now)
-            if resume is not None and any(
+            client = Client(
+                views, cursor=self.next_seq, since=self.next_seq, positions=now,
+                generation=self.generation,
+            )  # fmt: skip
+            if resume is not None and resume_generation != self.generation:
+                reason = json.dumps(
+                    {"reason": f"Last-Event-ID is of generation {resume_generation}; the "
+                     f"stream is of generation {self.generation}"}
+                )  # fmt: skip
+                client.first.append(wire(Event(RESET, reason), ""))
+            elif resume is not None and any(
                 resume.get(where, 0) < evicted
                 for where, evicted in self._evicted.items()
                 if where[0] in views

@@ -9,6 +9,8 @@ from starlette.concurrency import run_in_threadpool
 
 from serving.deps import (
     RETRY_AFTER,
+    BatchReaderDep,
+    ServedDep,
     SettingsDep,
     SpeedConsumerDep,
     SpeedDep,
@@ -49,7 +51,9 @@ def _slots(request: Request, most: int) -> asyncio.Semaphore:
 async def sql(
     body: SqlRequest,
     request: Request,
+    generation: ServedDep,
     settings: SettingsDep,
+    reader: BatchReaderDep,
     speed: SpeedDep,
     consumer: SpeedConsumerDep,
 ) -> Response:
@@ -68,14 +72,17 @@ async def sql(
         timeout=serving.sql_timeout, memory_mb=serving.sql_memory_mb,
     )  # fmt: skip
     async with slots:
-        with request.app.state.batch_reader.snapshot() as batch:
+        with reader.snapshot() as batch:
             horizon = batch.version.horizon if batch is not None else None
             watermark = speed.watermark
             head = {
                 "horizon": wire_instant(horizon) if horizon else None,
                 "batch_version": batch.version.version if batch is not None else None,
+                "generation": generation.number,
                 "speed_watermark": wire_instant(watermark) if watermark else None,
-                "consistency": worker_token(batch.version if batch else None, consumer).encode(),
+                "consistency": worker_token(
+                    batch.version if batch else None, consumer, generation.number
+                ).encode(),
             }
             sandbox = SqlSandbox(batch.path if batch is not None else None, limits.memory_mb)
             try:

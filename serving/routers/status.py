@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 
 from serving.deps import (
     BatchReaderDep,
+    ServedDep,
     SettingsDep,
     SpeedConsumerDep,
     SpeedDep,
     keyed_router,
     worker_token,
 )
+from serving.generations import Generations
 from serving.models import LostInputRange, StateOperator, StatusResponse
 from shared.platform.batch_store import BatchVersion
 from shared.settings import Settings, describe_view_settings
@@ -69,18 +71,28 @@ def _view_settings_errors(
 
 @keyed.get("/status")
 def status(
-    settings: SettingsDep, reader: BatchReaderDep, speed: SpeedDep, consumer: SpeedConsumerDep
+    request: Request,
+    generation: ServedDep,
+    settings: SettingsDep,
+    reader: BatchReaderDep,
+    speed: SpeedDep,
+    consumer: SpeedConsumerDep,
 ) -> StatusResponse:
-    """Which batch version is served, its horizon, and how far the speed store has got."""
+    """Which generation and batch version are served, the horizon, how far the speed store
+    has got, and each live generation (whether a new one may be promoted)."""
+    generations: Generations = request.app.state.generations
     version = reader.version
-    consistency = worker_token(version, consumer).encode()
+    consistency = worker_token(version, consumer, generation.number).encode()
     found = (
+        generations.error,
         reader.error,
         consumer.error if consumer else None,
         *_view_settings_errors(version, speed, settings),
     )
     errors = [error for error in found if error]
     return StatusResponse(
+        generation=generation.number,
+        generations=generations.statuses(),
         batch_version=version.version if version else None,
         horizon=version.horizon if version else None,
         batch_created_at=version.created_at if version else None,

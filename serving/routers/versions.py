@@ -9,7 +9,7 @@ from fastapi import HTTPException, Path, Query
 from starlette.concurrency import run_in_threadpool
 
 from serving.batch_reader import BatchReader, VersionRefusedError
-from serving.deps import BatchReaderDep, SpeedConsumerDep, keyed_router, worker_token
+from serving.deps import BatchReaderDep, ServedDep, SpeedConsumerDep, keyed_router, worker_token
 from serving.models import (
     CorrectedRow,
     CorrectionsResponse,
@@ -33,12 +33,15 @@ def _summary(version: BatchVersion) -> CorrectionsSummary | None:
 
 
 @router.get("/versions")
-async def versions(reader: BatchReaderDep, consumer: SpeedConsumerDep) -> VersionsResponse:
-    """The kept batch versions, oldest first: horizon, creation time, whether served or
-    rolled back, and what each corrected of the speed layer's final rows."""
+async def versions(
+    reader: BatchReaderDep, consumer: SpeedConsumerDep, generation: ServedDep
+) -> VersionsResponse:
+    """The kept batch versions of the generation served, oldest first: horizon, creation
+    time, whether served or rolled back, and what each corrected of the speed layer's final
+    rows."""
     listed = await run_in_threadpool(list_versions, reader.store, reader.threads)
     return VersionsResponse(
-        consistency=worker_token(reader.version, consumer).encode(),
+        consistency=worker_token(reader.version, consumer, generation.number).encode(),
         versions=[
             KeptVersion(
                 version=kept.manifest.version,

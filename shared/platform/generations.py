@@ -32,11 +32,13 @@ from pathlib import Path
 from typing import Any
 
 from shared.domain.events import format_instant, parse_instant
+from shared.domain.topics import DERIVED_QUERY_PREFIX
 from shared.domain.views import VIEW_MODULES
+from shared.platform.batch_store import BatchVersion
 from shared.platform.failpoints import failpoint
 from shared.platform.files import replace_atomically
 from shared.platform.locks import LockHeldError, exclusive_lock
-from shared.settings import Settings, describe_view_settings
+from shared.settings import Settings, SpeedSettings, describe_view_settings
 from shared.settings.views import REGISTERED, VIEW_MODULES_ENV, registered_modules
 
 ACTIVE_FILE = "ACTIVE"
@@ -359,3 +361,88 @@ GENERATION_HELP = (
     "the generation of the views (`lambdaline generation status`); default: "
     "LAMBDALINE_GENERATION, else 1"
 )
+
+
+# --- when a generation is ready to be served --------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobFacts:
+    """A generation's speed job as its progress reports show it (and, where known, its
+    process)."""
+
+    watermark: datetime | None
+    lag: int | None
+    """Input records its queries have not read yet (None: not every input partition is in
+    a progress report yet)."""
+    pid: int | None = None
+    """The process holding its checkpoint on this host (None: none, or not known here)."""
+    error: str | None = None
+    """Why its progress could not be read."""
+
+
+def input_lag(
+    reports: Mapping[str, Mapping[str, Any]], ends: Mapping[tuple[str, int], int]
+) -> int | None:
+    """Records of the input partitions (``ends``: each one's end offset) that the queries
+    reading them have not read yet, by their latest progress reports (``reports``, by
+    query): per partition, its end less the least offset a query has read it to. None if
+    a partition is in no report yet. The derived queries read the speed layer's own topic."""
+    read_to: dict[tuple[str, int], int] = {}
+    for query, report in reports.items():
+        if query.startswith(DERIVED_QUERY_PREFIX):
+            continue
+        for source in report.get("source_end_offsets") or []:
+            for topic, partitions in source.items():
+                for partition, offset in partitions.items():
+                    key = (topic, int(partition))
+                    read_to[key] = min(read_to.get(key, int(offset)), int(offset))
+    if not ends or any(key not in read_to for key in ends):
+        return None
+    return sum(max(end - read_to[key], 0) for key, end in ends.items())
+
+
+def waiting_for(
+    generation: Generation,
+    batch: BatchVersion | None,
+    job: JobFacts,
+    served_watermark: datetime | None,
+    speed: SpeedSettings,
+) -> list[str]:
+    """What ``generation`` lacks before it can be served instead of the served one (whose
+    speed watermark is ``served_watermark``), in words; empty: it is ready.
+
+    It needs a published batch version reaching where its speed store starts
+    (``covers_from``), a speed watermark at most ``speed_promote_watermark_gap`` behind
+    the served one's, and at most ``speed_promote_max_lag`` input records left to read."""
+    number = generation.number
+    reasons = []
+    covers = generation.covers_from
+    if batch is None:
+        reasons.append(f"a published batch version (`lambdaline batch run --generation {number}`)")
+    elif covers is not None and batch.horizon < covers:
+        reasons.append(
+            f"a batch version reaching {format_instant(covers)}, where its speed store "
+            f"starts (version {batch.version}'s horizon is {format_instant(batch.horizon)})"
+        )
+    if job.error is not None:
+        reasons.append(f"its speed job's progress, which cannot be read: {job.error}")
+    elif job.watermark is None:
+        reasons.append("its speed job's first watermark")
+    elif served_watermark is not None:
+        behind = served_watermark - job.watermark
+        if behind > speed.promote_watermark_gap:
+            gap = speed.promote_watermark_gap.total_seconds()
+            reasons.append(
+                f"its speed watermark {format_instant(job.watermark)}, "
+                f"{behind.total_seconds():.0f} s behind the served generation's: at most "
+                f"{gap:g} s (speed_promote_watermark_gap)"
+            )
+    if job.error is None and job.watermark is not None and job.lag is None:
+        reasons.append("its speed job's lag: a progress report of every input partition")
+    elif job.lag is not None and job.lag > speed.promote_max_lag:
+        reasons.append(
+            f"its speed job's lag, {job.lag:,} input records: at most "
+            f"{speed.promote_max_lag:,} (speed_promote_max_lag)"
+        )
+    return reasons

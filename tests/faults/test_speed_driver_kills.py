@@ -178,7 +178,7 @@ def _served(settings: Settings) -> dict[str, list[dict[str, Any]]]:
     app = create_app(settings)
     answers: dict[str, list[dict[str, Any]]] = {}
     with TestClient(app, headers={"X-API-Key": KEY}) as client:
-        consumer = app.state.speed_consumer
+        consumer = app.state.generations.active.consumer
         assert consumer.wait_caught_up(120), consumer.error
         for path in paths:
             response = client.get(path, params=EVERYTHING)

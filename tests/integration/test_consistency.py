@@ -58,7 +58,7 @@ def test_a_written_entry_is_read_back_with_after_and_a_stopped_job_goes_stale(
     }
 
     with TestClient(create_app(settings)) as api:
-        consumer = api.app.state.speed_consumer  # type: ignore[attr-defined]
+        consumer = api.app.state.generations.active.consumer  # type: ignore[attr-defined]
         assert consumer.wait_caught_up(30), consumer.error
         before = api.get("/v1/booths/B-ME/stats", params={**params, "after": after}, headers=KEY)
         assert before.status_code == 409, before.text

@@ -315,10 +315,10 @@ def test_the_merged_answer_equals_an_oracle_over_the_raw_events(
     through_both_layers(spark, settings_, events)
     truth = oracle(events, settings_.views.sizes)
     with TestClient(create_app(settings_)) as api:
-        consumer = api.app.state.speed_consumer  # type: ignore[attr-defined]
+        consumer = api.app.state.generations.active.consumer  # type: ignore[attr-defined]
         assert consumer.wait_caught_up(60), consumer.error
         got = served(api)
-        reports = api.app.state.speed_tables.reports  # type: ignore[attr-defined]
+        reports = api.app.state.generations.active.tables.reports  # type: ignore[attr-defined]
         dropped = {query: int(r.get("late_rows_total") or 0) for query, r in reports.items()}
     for view, rows in truth.items():
         served_rows = in_key_order(view, got[view])

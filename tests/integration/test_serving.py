@@ -331,7 +331,7 @@ def test_a_lost_broker_shows_and_the_consumer_resumes_where_it_was(tmp_path: Pat
         send("b1")
         app = create_app(settings)
         with TestClient(app, headers=KEY) as client:
-            consumer: SpeedConsumer = app.state.speed_consumer
+            consumer: SpeedConsumer = app.state.generations.active.consumer
             assert consumer.wait_caught_up(30), consumer.error
             assert consumer.records_read == 1
             assert metric(client, "lambdaline_speed_consumer_up") == 1

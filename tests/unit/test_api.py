@@ -260,9 +260,9 @@ def test_both_stores_run_duckdb_with_the_threads_setting(tmp_path: Path) -> None
     publish_batch(settings.batch_store)
     app = create_app(settings, follow_kafka=False)
     with TestClient(app):
-        with app.state.batch_reader.snapshot() as snapshot:
+        with app.state.generations.active.reader.snapshot() as snapshot:
             batch = snapshot.cursor().execute("SELECT current_setting('threads')").fetchone()
-        speed = app.state.speed_tables.cursor().execute("SELECT current_setting('threads')")
+        speed = app.state.generations.active.tables.cursor().execute("SELECT current_setting('threads')")
         assert (batch, speed.fetchone()) == ((3,), (3,))
 
 

@@ -63,6 +63,7 @@ def test_every_view_answer_carries_what_it_is_consistent_with(client: TestClient
         body = client.get(path, params=DAY, headers=KEY).json()
         assert decoded(body["consistency"]) == {
             "v": 1,
+            "generation": 1,
             "batch_version": 1,
             "horizon": "2026-01-06T00:00:00.000Z",
             "speed": {"speed.booth_stats": {"0": 12, "1": 7}},
