@@ -6,7 +6,9 @@ terminal's Ctrl-C reaches only the demo, which then stops them in order):
 * the embedded Kafka broker (unless one already runs) and the topics; with
   ``--cluster``, a Kafka cluster of three nodes and a Spark standalone cluster (a
   master and ``spark_workers`` workers), on which both layers then run;
-* the speed job (``lambdaline speed run``, continuous);
+* the speed job (``lambdaline speed run``, continuous), one per live generation of the
+  views: a line such as ``window=10m`` typed at the demo starts a new one beside the
+  served one and switches to it once it has caught up (:mod:`lambdaline.view_change`);
 * the generator (``lambdaline generate --speedup``): ``demo_speedup`` simulated
   seconds per real second, so a simulated day passes in minutes;
 * the batch scheduler: the batch layer's own :class:`Scheduler`, driven by the
@@ -33,6 +35,7 @@ import os
 import secrets
 import shutil
 import signal
+import sys
 import threading
 import time
 import urllib.error
@@ -53,11 +56,13 @@ from batch_layer.schedule import Scheduler, next_run_after
 from lambdaline import kafka_broker, spark_cluster
 from lambdaline.generator import GeneratorConfig, plate_pool
 from lambdaline.processes import CLI, STOP_GRACE_S, Supervisor, log_tail
+from lambdaline.view_change import ViewChange, parse_change
 from shared.domain.events import format_instant, parse_instant
 from shared.platform.environment import temporary_environment
+from shared.platform.generations import live, read_generations
 from shared.platform.kafka_admin import kafka_consumer, port_open
 from shared.platform.locks import exclusive_lock
-from shared.platform.logs import configure_logging
+from shared.platform.logs import configure_logging, log_event
 from shared.platform.topic_admin import create_topics
 from shared.settings import Settings
 
@@ -276,6 +281,9 @@ def banner(settings: Settings, api: str, key: str, clock: SimClock) -> list[str]
         f"  spark    {settings.spark.master}"
         + (f"   web UI {spark_cluster.web_ui(settings)}" if _on_standalone(settings) else ""),
         f"  logs     {settings.logs_dir}/demo-*.log",
+        "  change   type view settings and Enter, e.g. window=10m session_gap=20m: a new "
+        "generation of the views runs beside the served one, and the API and the dashboard "
+        "switch to it once it has caught up",
         f"  time     {clock.speedup:g} simulated s per real s (a simulated day every "
         f"{minutes_per_day:.1f} min), from {format_instant(clock.origin)}; the batch runs at "
         f"{settings.demo.batch_cron!r} simulated time for the day before",
@@ -391,7 +399,9 @@ def _run(
                 spark_pids = spark_cluster.start(settings).pids
         if stopping.is_set():
             return 0
-        supervisor.spawn("speed", "speed", "run")
+        for number in _live_generations(settings):
+            name = "speed" if number == 1 else f"speed.g{number}"
+            supervisor.spawn(name, "speed", "run", "--generation", str(number))
         clock = SimClock(state.sim_time, time.time() + GENERATOR_WARM_UP_S, settings.demo.speedup)
         supervisor.spawn(
             "generator", "generate", "--events", str(10**12), "--workers", "1",
@@ -419,7 +429,9 @@ def _run(
         for line in banner(settings, api, api_key, clock):
             console.print(line, highlight=False, soft_wrap=True)
         parts = Parts(supervisor, settings, broker.nodes, spark_pids)
-        code = _watch(clock, state, scheduler, parts, observer, console, stopping)
+        changes = Changes(settings, supervisor, clock, console)
+        changes.listen()
+        code = _watch(clock, state, scheduler, parts, observer, console, stopping, changes)
     finally:
         stopping.set()
         _shut_down(settings, supervisor, scheduler, worker, started, console, force)
@@ -486,6 +498,48 @@ class Parts:
         )
 
 
+def _live_generations(settings: Settings) -> list[int]:
+    """The generations whose speed jobs the demo runs: every live one (1 if none recorded)."""
+    recorded = live(read_generations(settings.batch_store_root))
+    return [generation.number for generation in recorded] or [1]
+
+
+class Changes:
+    """Lines typed at the demo that change view settings (``window=10m``), one at a time
+    (:class:`lambdaline.view_change.ViewChange`)."""
+
+    def __init__(
+        self, settings: Settings, supervisor: Supervisor, clock: SimClock, console: Console
+    ):
+        self.settings, self.supervisor, self.clock, self.console = (
+            settings, supervisor, clock, console,
+        )  # fmt: skip
+        self.current: ViewChange | None = None
+
+    def listen(self) -> None:
+        """Read standard input in the background (a closed one ends at once)."""
+        threading.Thread(target=self._read, name="demo-stdin", daemon=True).start()
+
+    def _read(self) -> None:
+        for line in sys.stdin:
+            if not line.strip():
+                continue
+            if self.current is not None and not self.current.finished.is_set():
+                self.console.print(f"a change is under way: {self.current.stage}")
+                continue
+            try:
+                changes = parse_change(self.settings, line)
+            except ValueError as error:
+                self.console.print(f"[red]not changed:[/red] {error}", highlight=False)
+                continue
+            self.current = ViewChange(self.settings, self.supervisor, changes, self.clock.now)
+            self.current.start()
+            log_event(logger, "demo_view_change", changes=changes)
+
+    def shown(self) -> str:
+        return f" | {self.current.stage}" if self.current is not None else ""
+
+
 def _watch(
     clock: SimClock,
     state: DemoState,
@@ -494,6 +548,7 @@ def _watch(
     observer: Observer,
     console: Console,
     stopping: threading.Event,
+    changes: Changes | None = None,
 ) -> int:
     """Refresh the status line every second until stopped; 1 if a part died."""
     last_printed = 0.0
@@ -508,7 +563,7 @@ def _watch(
             line = status_line(
                 clock, observer.records_in_kafka(), observer.status(),
                 batch_activity(scheduler, clock),
-            )  # fmt: skip
+            ) + (changes.shown() if changes is not None else "")  # fmt: skip
             if live is not None:
                 live.update(Text(line), refresh=True)
             elif time.monotonic() - last_printed >= 15:
@@ -542,9 +597,9 @@ def _shut_down(
                 os.killpg(running.pid, signal.SIGKILL)
         worker.join()
         console.print("stopped the batch scheduler")
-    for name in ("api", "speed"):
-        if name in by_name:
-            supervisor.stop(by_name[name], force)
+    for child in supervisor.children:
+        if child.name == "api" or child.name.startswith("speed"):
+            supervisor.stop(child, force)
     for child in supervisor.children:
         console.print(f"stopped {child.name} (pid {child.process.pid})")
     if started.spark:

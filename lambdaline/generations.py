@@ -77,6 +77,8 @@ JOB_STOP_S = 60.0
 queries, each within 30 s), before its process group is killed."""
 
 CLI = (sys.executable, "-m", "lambdaline.cli")
+SAY_EVERY_S = 10.0
+"""How often ``promote --when-ready`` says what it still waits for."""
 
 
 def _fail(message: str) -> typer.Exit:
@@ -384,7 +386,7 @@ def generation_promote(
     except ValueError as error:
         raise typer.BadParameter(str(error), param_hint="'--timeout'") from None
     deadline = time.monotonic() + waited.total_seconds()
-    said: tuple[str, ...] = ()
+    said_at = -SAY_EVERY_S
     try:
         while True:
             with generations_lock(root):
@@ -403,12 +405,12 @@ def generation_promote(
                     + "; ".join(reasons)
                     + ("" if when_ready else " (--when-ready waits for it)")
                 )
-            if reasons != said:
+            if time.monotonic() >= said_at + SAY_EVERY_S:  # progress, not a line per poll
                 errors.print(
                     f"generation {chosen.generation.number} waits for {'; '.join(reasons)}",
                     highlight=False,
                 )
-                said = reasons
+                said_at = time.monotonic()
             time.sleep(2.0)
     except GenerationError as error:
         raise _fail(str(error)) from None

@@ -11,10 +11,10 @@ base64url (no padding) of a JSON object, version 1::
      "input": {"toll.entries": {"0": 5120, "1": 4873}, ...}}
 
 - ``generation``: the generation of the views served (``shared.platform.generations``):
-  the batch version and the speed topics are that generation's. Waiting for a token of
-  another generation (one served before a promotion or a rollback) compares only its
-  ``input`` offsets, which every generation reads alike: the answer is the served
-  generation's, and says which generation the token was of (``after_generation``).
+  the batch version and the speed topics are that generation's, and the input offsets
+  its speed job's. A token of another generation (one served before a promotion or a
+  rollback) orders against nothing of this one: ``after=`` it is answered at once,
+  under the generation served, saying which the token was of (``after_generation``).
 - ``speed``: per partition of the ``speed.<view>`` topics, the next offset this
   worker reads: every record before it is applied to its tables.
 - ``input``: per partition of the input topics, the offset up to which
@@ -176,10 +176,11 @@ class ConsistencyToken:
         """What this (a worker's state) lacks of ``wanted``, in words; empty: nothing.
 
         A token of another generation than this one's names another batch store and
-        other speed topics: only its input offsets are compared."""
+        other speed topics, and another job's progress through the input: nothing of it
+        orders against this one, so nothing is waited for (the answer says so)."""
         lacking: list[str] = []
         if self.other_generation(wanted):
-            wanted = ConsistencyToken(input=wanted.input)
+            return lacking
         if wanted.batch_version is not None and (
             self.batch_version is None or self.batch_version < wanted.batch_version
         ):

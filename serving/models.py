@@ -84,8 +84,8 @@ class ViewResponse(BaseModel, Generic[RowT]):
     after_generation: int | None = Field(
         None,
         description="present when `after=` was a token of another generation (served before "
-        "a promotion or rollback): its input offsets were waited for, and the rows are "
-        "`generation`'s",
+        "a promotion or rollback): nothing of it orders against `generation`, so it was "
+        "answered at once",
     )
     speed_watermark: Instant | None = Field(
         description="event time up to which the speed layer's results are complete"

@@ -41,6 +41,7 @@ const shown = (text) => text ? text.replace("T", " ").replace(".000Z", "Z") : "â
 async function loadStatus() {
   const status = await api("/v1/status");
   state.horizon = status.horizon; state.watermark = status.speed_watermark;
+  $("generation").textContent = describeGenerations(status);
   $("batch-version").textContent = status.batch_version ?? "none published";
   $("horizon").textContent = shown(status.horizon);
   $("watermark").textContent = shown(status.speed_watermark);
@@ -50,6 +51,16 @@ async function loadStatus() {
   const versions = await api("/v1/versions");
   const current = versions.versions.find((v) => v.current);
   $("corrections").textContent = describeCorrections(current);
+}
+
+// the served generation's view settings, and any other one catching up beside it
+function describeGenerations(status) {
+  const settings = (g) => Object.entries(g.view_settings)
+    .filter(([name]) => ["window", "session_gap", "max_trip"].includes(name))
+    .map(([name, value]) => `${name}=${value}`).join(", ");
+  return status.generations.map((g) => g.served ? `${g.generation} (${settings(g)})`
+    : `; ${g.generation} beside it (${settings(g)}): ${g.ready ? "ready"
+      : (g.waiting_for[0] || "materialising")}`).join("");
 }
 
 function describeCorrections(version) {
@@ -202,6 +213,12 @@ const handlers = {
     $("lag").textContent = data.speed_lag_records ?? "â€“";
     $("consumer").textContent = data.speed_error ? data.speed_error
       : data.speed_caught_up ? "following, caught up" : "catching up";
+  },
+  generation: (data) => {
+    if (state.generation !== undefined && state.generation !== data.generation) {
+      $("chart-note").textContent = `now serving generation ${data.generation}`;
+    }
+    state.generation = data.generation;
   },
   reset: () => { state.lastEventId = null; loadStatus().then(loadRows).catch(showError); },
 };
