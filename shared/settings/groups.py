@@ -366,7 +366,8 @@ class SpeedSettings(SettingsGroup):
     promote_max_lag: int = Field(
         10_000,
         ge=0,
-        description="... and its speed job has at most this many input records left to read",
+        description="a new generation is promoted only when its speed job has at most this "
+        "many input records left to read",
     )
 
 
