@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -136,6 +137,18 @@ class Generations:
         """Why a generation cannot be served or materialised, until it can."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self.active: Served = fixed if fixed is not None else self._first()
+        self._on_drop: Callable[[], None] = lambda: None
+
+    @property
+    def on_drop(self) -> Callable[[], None]:
+        """Told each time a stream hub of any generation drops a slow client (a metric)."""
+        return self._on_drop
+
+    @on_drop.setter
+    def on_drop(self, told: Callable[[], None]) -> None:
+        self._on_drop = told
+        for served in self.all:
+            served.hub.on_drop = told
 
     def _first(self) -> Served:
         """The generation ``ACTIVE`` names, or generation 1 if it cannot be read."""
@@ -206,6 +219,7 @@ class Generations:
             except GenerationError as error:
                 errors.append(f"generation {number} cannot be served here: {error}")
                 continue
+            served.hub.on_drop = self._on_drop
             served.start(self._loop)
             self.others[number] = served
             log_event(logger, "generation_materialising", generation=number)

@@ -109,6 +109,7 @@ def create_app(
     app.state.settings = settings
     app.state.generations = generations
     app.state.metrics = Metrics()
+    generations.on_drop = app.state.metrics.stream_dropped.inc
     app.state.key_rates = KeyRates(settings.serving.rate_per_key)
     app.add_middleware(LatencyMiddleware, metrics=app.state.metrics)
     app.add_exception_handler(ConflictError, _conflict)  # type: ignore[arg-type]

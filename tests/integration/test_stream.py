@@ -145,8 +145,9 @@ def test_rows_arrive_in_order_and_a_resume_inside_the_buffer_loses_none(server: 
     where = write_rows(server.settings, 0, 160)
     reader.join(timeout=90)
     [first] = got
-    assert [event.kind for event in first[:2]] == ["horizon", "watermark"]
-    assert first[0].data == {"batch_version": None, "horizon": None, "corrections": None}
+    assert [event.kind for event in first[:3]] == ["generation", "horizon", "watermark"]
+    assert first[0].data["generation"] == 1 and first[0].data["view_settings"]["window"] == "5m"
+    assert first[1].data == {"batch_version": None, "horizon": None, "corrections": None}
     booths = rows_of(first)
     assert len(booths) == 120 and len(set(booths)) == 120
     assert in_order(booths, where)
