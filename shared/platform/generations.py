@@ -281,7 +281,11 @@ def generation_settings(settings: Settings, number: int | None = None) -> Settin
         )
     generation = recorded[number]
     if generation.retired_at is not None:
-        raise GenerationError(f"{generation.label} was retired at {generation.retired_at:%c}")
+        served = read_active(root).generation
+        raise GenerationError(
+            f"{generation.label} was retired at {format_instant(generation.retired_at)}; "
+            f"generation {served} is served (--generation {served})"
+        )
     return settings_of(settings, generation)
 
 

@@ -231,3 +231,5 @@ def test_the_served_generation_cannot_be_retired_nor_a_retired_one_served_again(
     code, said = _cli(monkeypatch, tmp_path, "generation", "rollback")
     assert code == 1 and "was retired: it cannot be served" in said
     assert read_active(root).generation == 2
+    code, said = _cli(monkeypatch, tmp_path, "speed", "run")  # generation 1, by default
+    assert code == 1 and "generation 2 is served (--generation 2)" in said
