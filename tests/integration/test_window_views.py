@@ -193,7 +193,9 @@ def merged(
     job.run(spark, settings, available_now=True)
     app = create_app(settings)
     with TestClient(app, headers=KEY) as client:
-        assert app.state.generations.active.consumer.wait_caught_up(60), app.state.generations.active.consumer.error
+        assert app.state.generations.active.consumer.wait_caught_up(60), (
+            app.state.generations.active.consumer.error
+        )
         yield settings, client, before_h
 
 

@@ -262,7 +262,9 @@ def test_both_stores_run_duckdb_with_the_threads_setting(tmp_path: Path) -> None
     with TestClient(app):
         with app.state.generations.active.reader.snapshot() as snapshot:
             batch = snapshot.cursor().execute("SELECT current_setting('threads')").fetchone()
-        speed = app.state.generations.active.tables.cursor().execute("SELECT current_setting('threads')")
+        speed = app.state.generations.active.tables.cursor().execute(
+            "SELECT current_setting('threads')"
+        )
         assert (batch, speed.fetchone()) == ((3,), (3,))
 
 
