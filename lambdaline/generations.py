@@ -92,7 +92,6 @@ def _fail(message: str) -> typer.Exit:
 @dataclass(frozen=True)
 class GenerationState:
     generation: Generation
-    settings: Settings
     served: bool
     job: JobFacts
     batch: BatchVersion | None
@@ -168,7 +167,6 @@ def states(base: Settings) -> tuple[Active, list[GenerationState]]:
         found.append(
             GenerationState(
                 generation=generation,
-                settings=settings,
                 served=generation.number == active.generation,
                 job=job_facts(settings),
                 batch=read_current(settings.batch_store),

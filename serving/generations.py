@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -69,7 +69,6 @@ class Served:
     hub: StreamHub
     record: Generation | None = None
     """None: generation 1 of a deployment that never recorded one."""
-    since: datetime = field(default_factory=lambda: datetime.now(UTC))
 
     @property
     def fingerprint(self) -> str | None:
@@ -305,6 +304,5 @@ class Generations:
         old = self.active
         self.others.pop(target.number)
         self.others[old.number] = old
-        target.since = datetime.now(UTC)
         self.active = target  # one assignment: a request takes one or the other
         log_event(logger, "generation_switched", old=old.number, new=target.number)

@@ -11,6 +11,7 @@ from rich.console import Console
 
 from shared.platform import topic_ids
 from shared.platform.generations import (
+    GENERATION_HELP,
     Generation,
     GenerationError,
     generation_settings,
@@ -43,15 +44,7 @@ START_OVER = "`lambdaline speed reset` starts the speed layer over from what the
 speed_app = typer.Typer(help="The speed layer: Structured Streaming from Kafka to the speed store.")
 
 
-GenerationOption = Annotated[
-    int | None,
-    typer.Option(
-        "--generation",
-        min=1,
-        help="the generation of the views to compute (`lambdaline generation status`); "
-        "default: LAMBDALINE_GENERATION, else 1",
-    ),
-]
+GenerationOption = Annotated[int | None, typer.Option("--generation", min=1, help=GENERATION_HELP)]
 
 
 def _generation_settings(number: int | None) -> tuple[Settings, Generation | None]:
