@@ -287,7 +287,18 @@ class InputProgress:
                 waiting.append(report)
         if len(waiting) != len(self._reports):
             self._reports = waiting
-            self.offsets = self._least()
+            self.offsets = self._never_back(self._least())
+
+    def _never_back(self, least: dict[str, dict[int, int]]) -> dict[str, dict[int, int]]:
+        """``least``, each partition no lower than it was: a query whose first report is
+        read after the others' (a job starting, its lookups slower than its booths) would
+        lower the least, and a token this worker handed out would then wait for what it
+        had already said it held (reads must stay monotonic)."""
+        for topic, partitions in self.offsets.items():
+            for partition, offset in partitions.items():
+                held = least.setdefault(topic, {})
+                held[partition] = max(held.get(partition, 0), offset)
+        return least
 
     def _least(self) -> dict[str, dict[int, int]]:
         least: dict[str, dict[int, int]] = {}

@@ -229,3 +229,22 @@ def test_input_offsets_count_once_the_rows_written_before_their_report_are_read(
     assert not progress.has_reports
     progress.forget()
     assert progress.offsets == {}
+
+
+def test_input_offsets_never_go_back_when_a_query_reports_later_than_the_others() -> None:
+    progress = InputProgress(["toll.entries"])
+    store = ("speed.booth_stats", 0)
+    progress.reported("speed.booths", [{"toll.entries": {"0": 738}}])
+    progress.ends_asked({store: 10})
+    progress.positions_reached({store: 10})
+    assert progress.offsets == {"toll.entries": {0: 738}}
+    # the lookups' first report, behind the booths': the offset handed out stands
+    progress.reported("speed.lookups", [{"toll.entries": {"0": 737}}])
+    progress.ends_asked({store: 11})
+    progress.positions_reached({store: 11})
+    assert progress.offsets == {"toll.entries": {0: 738}}
+    progress.reported("speed.lookups", [{"toll.entries": {"0": 800}}])
+    progress.reported("speed.booths", [{"toll.entries": {"0": 790}}])
+    progress.ends_asked({store: 12})
+    progress.positions_reached({store: 12})
+    assert progress.offsets == {"toll.entries": {0: 790}}
