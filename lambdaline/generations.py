@@ -39,6 +39,7 @@ from shared.platform.generations import (
     Generation,
     GenerationError,
     JobFacts,
+    aware_utc,
     generations_lock,
     input_lag,
     live,
@@ -149,12 +150,7 @@ def job_facts(settings: Settings) -> JobFacts:
     except (KafkaError, KafkaNotReadyError, TimeoutError) as error:
         return JobFacts(None, None, pid, f"{type(error).__name__}: {error}")
     ends = {partition: int(bound.end) for partition, bound in bounds.items()}
-    return JobFacts(_naive_utc(watermark), input_lag(reports, ends), pid)
-
-
-def _naive_utc(moment: datetime | None) -> datetime | None:
-    """The speed tables hold zone-less UTC."""
-    return moment.replace(tzinfo=UTC) if moment is not None and moment.tzinfo is None else moment
+    return JobFacts(aware_utc(watermark), input_lag(reports, ends), pid)
 
 
 def states(base: Settings) -> tuple[Active, list[GenerationState]]:

@@ -18,7 +18,6 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -32,6 +31,7 @@ from shared.platform.generations import (
     Generation,
     GenerationError,
     JobFacts,
+    aware_utc,
     input_lag,
     live,
     read_active,
@@ -50,11 +50,6 @@ POLL_S = 1.0
 """How often ``ACTIVE`` and the generations' records are read."""
 INPUT_ENDS_S = 5.0
 """How old the input topics' end offsets ``/v1/status`` measures lags against may be."""
-
-
-def _aware(moment: datetime | None) -> datetime | None:
-    """The speed tables hold zone-less UTC."""
-    return moment.replace(tzinfo=UTC) if moment is not None and moment.tzinfo is None else moment
 
 
 @dataclass
@@ -260,14 +255,14 @@ class Generations:
         held = {served.number: served for served in self.all}
         records: list[Generation | None] = [*live(self.records)] or [None]
         ends = self.input_ends
-        served_watermark = _aware(self.active.tables.watermark)
+        served_watermark = aware_utc(self.active.tables.watermark)
         found = []
         for record in records:
             number = record.number if record is not None else self.active.number
             stores = held.get(number)
             if stores is not None:
                 batch = stores.reader.version
-                watermark = _aware(stores.tables.watermark)
+                watermark = aware_utc(stores.tables.watermark)
                 lag = input_lag(stores.tables.reports, ends) if ends is not None else None
                 job = JobFacts(watermark, lag)
             else:

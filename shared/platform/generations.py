@@ -385,6 +385,11 @@ class JobFacts:
     """Why its progress could not be read."""
 
 
+def aware_utc(moment: datetime | None) -> datetime | None:
+    """A watermark as the speed tables hold it (zone-less UTC), as an instant."""
+    return moment.replace(tzinfo=UTC) if moment is not None and moment.tzinfo is None else moment
+
+
 def input_lag(
     reports: Mapping[str, Mapping[str, Any]], ends: Mapping[tuple[str, int], int]
 ) -> int | None:
