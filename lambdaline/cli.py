@@ -588,6 +588,13 @@ def bench_soak(
         float, typer.Option(min=0, help="minutes of the floor job at --rate (0: none)")
     ] = 5.0,
     probe_every: Annotated[float, typer.Option(min=1, help="seconds between probes")] = 30.0,
+    profile_at: Annotated[
+        str,
+        typer.Option(
+            help="minutes into the soak at which to profile the speed JVM for a minute "
+            "(per thread from the kernel, per method from a JFR recording), comma-separated"
+        ),
+    ] = "",
     out_dir: Annotated[
         Path,
         typer.Option("--out", file_okay=False, help="results go to a new folder under this one"),
@@ -599,14 +606,18 @@ def bench_soak(
     Writes results.json, report.md and time-series PNGs to a new folder under --out."""
     from lambdaline.bench import soak  # matplotlib and co.: only for this command
 
-    try:
-        steps = tuple(float(step) for step in ramp.split(",") if step.strip())
-    except ValueError:
-        raise typer.BadParameter(f"{ramp!r}: not numbers like 3000,4000") from None
+    def numbers(text: str, option: str, example: str) -> tuple[float, ...]:
+        try:
+            return tuple(float(part) for part in text.split(",") if part.strip())
+        except ValueError:
+            message = f"{text!r}: not numbers like {example}"
+            raise typer.BadParameter(message, param_hint=option) from None
+
     options = soak.SoakOptions(
-        rate=rate, minutes=minutes, out=out_dir, ramp=steps, step_minutes=step_minutes,
-        floor_minutes=floor_minutes, probe_every_s=probe_every, outage_minutes=outage_minutes,
-        recovery_minutes=recovery_minutes,
+        rate=rate, minutes=minutes, out=out_dir, ramp=numbers(ramp, "--ramp", "3000,4000"),
+        step_minutes=step_minutes, floor_minutes=floor_minutes, probe_every_s=probe_every,
+        outage_minutes=outage_minutes, recovery_minutes=recovery_minutes,
+        profile_at=numbers(profile_at, "--profile-at", "15,50"),
     )  # fmt: skip
     with _clear_errors():
         try:

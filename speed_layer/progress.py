@@ -73,6 +73,32 @@ ROCKSDB_TIME_METRICS = {
     "rocksdb_load": "rocksdbLoadLatencyMs",
 }
 """The same within RocksDB (its custom metrics): what a long commit or load waited for."""
+STATE_COUNTERS = {
+    "rows_updated": "numRowsUpdated",
+    "rows_removed": "numRowsRemoved",
+}
+"""A stateful operator's own counts in a micro-batch (summed over its partitions)."""
+STATE_CUSTOM_COUNTERS = {
+    "rocksdb_gets": "rocksdbGetCount",
+    "rocksdb_get_ms": "rocksdbGetLatency",
+    "rocksdb_puts": "rocksdbPutCount",
+    "rocksdb_put_ms": "rocksdbPutLatency",
+    "rocksdb_bytes_read": "rocksdbTotalBytesRead",
+    "rocksdb_bytes_written": "rocksdbTotalBytesWritten",
+    "rocksdb_bytes_read_by_iterator": "rocksdbTotalBytesReadThroughIterator",
+    "rocksdb_block_cache_hits": "rocksdbReadBlockCacheHitCount",
+    "rocksdb_block_cache_misses": "rocksdbReadBlockCacheMissCount",
+    "rocksdb_bytes_written_by_flush": "rocksdbTotalBytesWrittenByFlush",
+    "rocksdb_bytes_written_by_compaction": "rocksdbTotalBytesWrittenByCompaction",
+    "rocksdb_keys": "rocksdbNumInternalColFamiliesKeys",
+    "timers_registered": "numRegisteredTimers",
+    "timers_deleted": "numDeletedTimers",
+    "timers_expired": "numExpiredTimers",
+    "timer_processing_ms": "timerProcessingTimeMs",
+}
+"""The same within RocksDB and ``transformWithState`` (their custom metrics): reads,
+writes, the block cache, flush and compaction, and timers (RocksDB's get and put
+latencies summed, in ms)."""
 
 
 def state_operators(progress: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -93,6 +119,14 @@ def state_operators(progress: Mapping[str, Any]) -> list[dict[str, Any]]:
                 "rows": op.get("numRowsTotal"),
                 "memory_bytes": op.get("memoryUsedBytes"),
                 "disk_bytes": disk,
+                "counters": {
+                    **{name: op[key] for name, key in STATE_COUNTERS.items() if key in op},
+                    **{
+                        name: metrics[key]
+                        for name, key in STATE_CUSTOM_COUNTERS.items()
+                        if key in metrics
+                    },
+                },
                 "time_ms": {
                     **{name: op[key] for name, key in STATE_TIME_METRICS.items() if key in op},
                     **{

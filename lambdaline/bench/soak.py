@@ -43,6 +43,7 @@ import os
 import re
 import secrets
 import signal
+import subprocess
 import tempfile
 import threading
 import time
@@ -64,6 +65,7 @@ from lambdaline.bench.measure import (
     machine_cpu_seconds,
     percentile,
 )
+from lambdaline.bench.profile import profile
 from lambdaline.kafka_broker import ephemeral_broker, free_port
 from lambdaline.kafka_broker import status as broker_status
 from lambdaline.processes import Child, Supervisor, log_tail, wait_until_answers
@@ -84,6 +86,7 @@ each plate entering every 10 s, so a join key (booth, plate) holds ~36 entries o
 last max_trip and the joins' cost per record grows with their state."""
 """Records the generator sends per entry with its default fractions (measured)."""
 TREND_WINDOW = timedelta(minutes=30)
+PROFILE_S = 60.0
 STEP_FLAT_LAG_S = 10.0
 """A phase's lag is flat if its fitted growth over the phase's last :data:`FLAT_WINDOW`
 is under this many seconds of input (the phase's rate times it)."""
@@ -112,6 +115,9 @@ class SoakOptions:
     recovery_minutes: float = 15.0
     floor_minutes: float = 5.0
     probe_every_s: float = 30.0
+    profile_at: tuple[float, ...] = ()
+    """Minutes into the soak at which to profile the speed JVM for :data:`PROFILE_S`
+    (``lambdaline.bench.profile``)."""
 
 
 # --- pure parts (unit-tested) -------------------------------------------------------------
@@ -277,6 +283,26 @@ class Soak:
         self.phases: list[Phase] = []
         self.traffic: Child | None = None
         self.broker_pid = broker_status(settings).pid
+        self.profiles: dict[str, dict[str, Any]] = {}
+        self._profiling: list[threading.Thread] = []
+
+    def _profile(self, job: Child, minute: float) -> None:
+        """Profile the speed JVM now, in a thread, into ``profiles`` and the folder."""
+        java = _java_pids(job.process.pid)
+        if not java:
+            return
+        label = f"speed-{minute:g}min"
+        self.step(f"profiling the speed JVM for {PROFILE_S:g} s ({label})")
+
+        def run() -> None:
+            try:
+                self.profiles[label] = profile(java[0], PROFILE_S, self.folder / f"{label}.jfr")
+            except (OSError, subprocess.SubprocessError, ValueError) as error:
+                self.profiles[label] = {"error": f"{type(error).__name__}: {error}"}
+
+        thread = threading.Thread(target=run, name=f"profile-{label}", daemon=True)
+        thread.start()
+        self._profiling.append(thread)
 
     def step(self, text: str) -> None:
         self.console.print(f"[bold]soak[/bold] {text}", highlight=False)
@@ -318,7 +344,10 @@ class Soak:
         reported: set[tuple[int, str]] = set()
         next_probe = time.monotonic()
         deadline = time.monotonic() + seconds
+        profile_at = sorted(self.options.profile_at) if phase.name == "soak" else []
         while time.monotonic() < deadline:
+            if profile_at and time.monotonic() - phase.began >= profile_at[0] * 60:
+                self._profile(job, profile_at.pop(0))
             if died := self.children.died():
                 raise SoakError(f"{died.name} exited early:\n{log_tail(died.log)}")
             if probes is not None and time.monotonic() >= next_probe:
@@ -462,8 +491,11 @@ class Soak:
                     if options.ramp:
                         self._send_at(options.rate)
                     job = self._outage(job, follower, probes)
+            for thread in self._profiling:
+                thread.join(timeout=PROFILE_S * 3)
             self.children.stop(job)
             self.children.stop(api)
+            results["profiles"] = self.profiles
             results["microbatches"] = {
                 query: micro_batch_figures(
                     [(d, n, ms) for at, d, n, ms in batches if window[0] <= at <= window[1]]

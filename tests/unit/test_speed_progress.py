@@ -24,10 +24,11 @@ REPORT = """{
   "eventTime": {"max": "2026-11-25T09:14:58.501Z", "watermark": "2026-11-25T09:12:58.501Z"},
   "stateOperators": [
     {"operatorName": "stateStoreSave", "numRowsTotal": 40, "numRowsDroppedByWatermark": 2,
-     "memoryUsedBytes": 132184, "allUpdatesTimeMs": 31, "allRemovalsTimeMs": 4,
+     "numRowsUpdated": 6, "memoryUsedBytes": 132184, "allUpdatesTimeMs": 31, "allRemovalsTimeMs": 4,
      "commitTimeMs": 120, "customMetrics": {"rocksdbSstFileSize": 2048, "rocksdbGetCount": 12,
                                             "rocksdbWriterStallLatencyMs": 0,
-                                            "rocksdbCommitFlushLatency": 55}},
+                                            "rocksdbCommitFlushLatency": 55,
+                                            "numRegisteredTimers": 3}},
     {"operatorName": "dedupeWithinWatermark", "numRowsTotal": 7, "numRowsDroppedByWatermark": 1,
      "memoryUsedBytes": 900, "commitTimeMs": 9,
      "customMetrics": {"stateOnCurrentVersionSizeBytes": 512}}
@@ -55,10 +56,11 @@ def test_the_record_holds_the_watermark_rates_late_rows_and_offsets_of_the_repor
         "state_rows": 47,
         "state_operators": [
             {"operator": "stateStoreSave", "rows": 40, "memory_bytes": 132184, "disk_bytes": 2048,
+             "counters": {"rows_updated": 6, "rocksdb_gets": 12, "timers_registered": 3},
              "time_ms": {"updates": 31, "removals": 4, "commit": 120,
                          "rocksdb_writer_stall": 0, "rocksdb_commit_flush": 55}},
             {"operator": "dedupeWithinWatermark", "rows": 7, "memory_bytes": 900,
-             "disk_bytes": 512, "time_ms": {"commit": 9}},
+             "disk_bytes": 512, "counters": {}, "time_ms": {"commit": 9}},
         ],
         "source_end_offsets": [{"toll.entries": {"0": 9, "1": 6}}],
     }  # fmt: skip
