@@ -52,7 +52,7 @@ from shared.settings import (
     parse_duration,
 )
 from speed_layer.cli import speed_app
-from speed_layer.lookups import operators_jar
+from speed_layer.operator import operators_jar
 
 # soft wrap: a line longer than the terminal (a path, an error) is never broken
 # in two, so it stays whole when piped to a log or copied

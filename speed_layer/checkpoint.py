@@ -125,11 +125,12 @@ with a bounded cache), where the default HDFS-backed store keeps every version o
 it in the driver's or executors' heap."""
 
 
-STATE_LAYOUT = "booth lane, plate lane"
-"""How the speed job keeps its state: a booth lane (``speed_layer.booths``) and a plate
-lane (``speed_layer.lookups``), each one ``transformWithState`` operator. A checkpoint
-records it in :data:`STATE_LAYOUT_FILE`; one made before, by stream-stream joins and
-an aggregation a view, records nothing, and Spark cannot go on from it."""
+STATE_LAYOUT = "one operator: roll-up, plates"
+"""How the speed job keeps its state: one ``transformWithState`` operator
+(``speed_layer.operator``), its roll-up and plate state in variables of their own. A
+checkpoint records it in :data:`STATE_LAYOUT_FILE`; one made by an earlier layout
+records another (or, before layouts were recorded, nothing), and Spark cannot go on
+from it."""
 STATE_LAYOUT_FILE = "state_layout.txt"
 
 
@@ -137,10 +138,10 @@ def claim_state_store(folder: Path, provider: str) -> None:
     """Refuse a session whose state store is not RocksDB, and a checkpoint that keeps its
     state otherwise than the job does now.
 
-    Both lanes' operators (``transformWithState``) run on RocksDB only, so a checkpoint
-    of this layout (:data:`STATE_LAYOUT_FILE`) holds RocksDB state; one made before it
-    (stream-stream joins, an aggregation a view, perhaps another provider) cannot be
-    gone on from. ``provider``: the session's. Call it holding the checkpoint.
+    The operator (``transformWithState``) runs on RocksDB only, so a checkpoint of this
+    layout (:data:`STATE_LAYOUT_FILE`) holds RocksDB state; one made by another layout
+    (perhaps with another provider) cannot be gone on from. ``provider``: the session's.
+    Call it holding the checkpoint.
     """
     if provider != ROCKSDB_PROVIDER:
         raise CheckpointError(

@@ -1,9 +1,12 @@
 """The speed layer: one continuous Structured Streaming application.
 
-Reads the three input topics with Spark's Kafka source, validates them with the
-shared rule, applies the shared view functions under event-time watermarks, and
-writes each view to its compacted ``speed.<view>`` topic and invalid records to
-``dead.letters``. With ``available_now`` it processes what Kafka holds and stops.
+Reads the three input topics with Spark's Kafka source, decodes them once with
+the shared rule, computes the views in one stateful operator under the
+entries' event-time watermark (``speed_layer.operator``), and writes each view
+to its compacted ``speed.<view>`` topic and invalid records to
+``dead.letters``. A view added as a query of its own (``Lane.OWN_QUERY``) reads
+the entries itself; the diagnostics are counted from the operator's internal
+topic. With ``available_now`` it processes what Kafka holds and stops.
 """
 
 from __future__ import annotations
@@ -19,14 +22,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.streaming.readwriter import DataStreamWriter
 
-from shared.domain.events import EVENT_TYPES, TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION, EventType
-from shared.domain.validation import DecodedRecords, decode_each_topic
+from shared.domain.events import EVENT_TYPES, TOLL_ENTRY, EventType
+from shared.domain.validation import decode_records, decode_together
 from shared.domain.views.rules import COUNTED_INPUTS, without_duplicates
 from shared.domain.views.view import Inputs, Lane
 from shared.platform.logs import log_event
 from shared.platform.spark_session import spark_session
 from shared.platform.streaming import (
-    brief_java_errors,
     from_times,
     kafka_stream,
     raise_if_failed,
@@ -36,30 +38,30 @@ from shared.platform.streaming import (
 )
 from shared.settings import Settings
 from shared.settings.views import REGISTERED
-from speed_layer.booths import booth_lane, publish_booths
 from speed_layer.checkpoint import (
     ROCKSDB_PROVIDER,
     STATE_STORE_PROVIDER_CONF,
     checkpoint_dir,
     claim_state_store,
 )
-from speed_layer.lookups import (
+from speed_layer.operator import (
     diagnostic_counts,
-    entry_lookups,
+    operator_input,
+    operator_views,
     operators_jar,
-    publish_lookups,
+    views_writer,
 )
 from speed_layer.progress import ProgressPublisher, late_rows_reported, listening
 from speed_layer.speed_store import view_writer
 
 logger = logging.getLogger("lambdaline.speed")
 
-FRESH_POOL, LOOKUPS_POOL = "speed.fresh", "speed.lookups"
-"""Spark scheduler pools: the booths query in one; the lookups and the counter
-they feed in the other."""
+VIEWS_POOL, OTHERS_POOL = "speed.views", "speed.others"
+"""Spark scheduler pools: the operator's query in one; the diagnostics count and any
+view's own query in the other, so that none of theirs holds the operator's back."""
 
 SCHEDULER_POOLS_FILE = Path(__file__).with_name("scheduler_pools.xml")
-"""Declares :data:`FRESH_POOL` and :data:`LOOKUPS_POOL` (equal weights, FIFO within)."""
+"""Declares :data:`VIEWS_POOL` and :data:`OTHERS_POOL` (equal weights, FIFO within)."""
 
 SPEED_SPARK_CONF: dict[str, str] = {
     # state off the heap, bounded by the watermark (speed_layer.lookups); a
@@ -72,17 +74,17 @@ SPEED_SPARK_CONF: dict[str, str] = {
     # and memtables), off the heap: the process's RSS stays within heap + this
     "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": "true",
     "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": "256",
-    # two lanes of queries on few task slots: with Spark's default (FIFO) a
-    # booths micro-batch waits for every task of a lookups micro-batch
-    # submitted before it; with fair pools it gets the next free slot
+    # queries on few task slots: with Spark's default (FIFO) a micro-batch of the
+    # operator waits for every task of another query's micro-batch submitted
+    # before it; with fair pools it gets the next free slot
     "spark.scheduler.mode": "FAIR",
     "spark.scheduler.allocation.file": str(SCHEDULER_POOLS_FILE),
     # Spark plans and generates code for every micro-batch again, and finds the
     # compiled classes in a cache of 100 by default. The job's queries need more
-    # than that (each of the lookups' decode stages is ~330 KB of Java), and the
-    # watermark is a constant in the state-eviction predicates, so every
-    # micro-batch adds classes: with 100, the decode stages are evicted and
-    # compiled again each lookups micro-batch, on the driver and in a task
+    # than that (the decode stage is ~330 KB of Java), and the watermark is a
+    # constant in the state-eviction predicates, so every micro-batch adds
+    # classes: with 100, the decode stage is evicted and compiled again each
+    # micro-batch, on the driver and in a task
     "spark.sql.codegen.cache.maxEntries": "2000",
 }
 """The speed job's Spark tuning; measured in docs/performance.md ("The speed
@@ -91,7 +93,7 @@ layer"). The ``spark_conf`` setting overrides any of it."""
 
 def speed_spark_session(settings: Settings, app_name: str = "lambdaline-speed") -> SparkSession:
     """The SparkSession the speed job wants: the shared one, with :data:`SPEED_SPARK_CONF`
-    and the speed layer's operators (``speed_layer.lookups.operators_jar``)."""
+    and the speed layer's operator (``speed_layer.operator.operators_jar``)."""
     return spark_session(
         settings,
         app_name,
@@ -188,83 +190,45 @@ def run(
         available_now=available_now, generation=settings.generation,
         replay_from=replay_from.isoformat() if replay_from else None,
         trigger_s=settings.speed.trigger.total_seconds(),
-        lookup_trigger_s=settings.speed.lookup_trigger.total_seconds(),
+        max_offsets_per_trigger=settings.speed.max_offsets_per_trigger,
         diagnostics_trigger_s=settings.speed.diagnostics_trigger.total_seconds(),
     )  # fmt: skip
-
-    # read sources and decode them by the shared rule; every query is a Kafka
-    # consumer of its own, so each reads only the topics its views need, and
-    # decodes each type's events by that type's rules only (less code to generate,
-    # serialise and ship to the tasks every micro-batch)
     starts = input_starts(settings, replay_from)
+    views = settings.views
 
-    def decoded(*event_types: EventType) -> DecodedRecords:
+    def raw(*event_types: EventType) -> DataFrame:
         wanted = {settings.topics.of(kind) for kind in event_types}
-        raw = read_input_topics(
-            spark, settings, event_types, {t: at for t, at in starts.items() if t in wanted}
+        chosen = {topic: at for topic, at in starts.items() if topic in wanted}
+        return read_input_topics(spark, settings, event_types, chosen)
+
+    # the operator's query: every input record read and decoded once, then the views
+    # of the roll-up and of the plates from one stateful operator (speed_layer.operator)
+    fast = (settings.speed.trigger, VIEWS_POOL)
+    others = (settings.speed.trigger, OTHERS_POOL)
+    first_phase: list[tuple[DataStreamWriter, tuple[timedelta, str]]] = []
+    if operator_views():
+        decoded = decode_together(
+            raw(*EVENT_TYPES), settings.topics, views.max_future_skew, views.dead_letter_bytes
         )
-        views = settings.views
-        return decode_each_topic(
-            raw, settings.topics, views.max_future_skew, views.dead_letter_bytes, event_types
-        )
-
-    entry_events = decoded(TOLL_ENTRY).of(TOLL_ENTRY)
-    everything = decoded(*EVENT_TYPES)
-
-    # event time: watermarks, then duplicates dropped within them (the lookups keep
-    # one watermark over the plate's events and hold no copies: speed_layer/lookups.py)
-    entries = with_event_time(entry_events, TOLL_ENTRY, settings.views.watermark)
-
-    # compute views: a booth lane (its views' rows from one per-booth state), a plate
-    # lane (trip and registration candidates, the entries missing a lookup), and a
-    # query of its own for each other view over the entries, whose windows are
-    # decided on the entries' watermark alone (the plate lane's waits for exits too)
-    sizes = settings.views.sizes
-    lookups = entry_lookups(
-        everything.of(TOLL_ENTRY), everything.of(TOLL_EXIT),
-        everything.of(VEHICLE_REGISTRATION), everything.dead_letters,
-        sizes["max_trip"], settings.views.watermark, sizes["registration_lookback"],
-    )  # fmt: skip
-
-    # write sinks, each in its lane (trigger and scheduler pool): the booths and
-    # the lookups' candidates are served as soon as they are written; the
-    # diagnostics count waits for the watermark (or max_trip) anyway. The second
-    # phase reads what the first writes (the internal topic).
-    fast = (settings.speed.trigger, FRESH_POOL)
-    lookups_lane = (settings.speed.lookup_trigger, LOOKUPS_POOL)
-    slow = (settings.speed.diagnostics_trigger, LOOKUPS_POOL)
-    first_phase = [
-        # append: a candidate once, when an event makes it, and an entry without
-        # one once the watermark has passed what it waits for (a trip:
-        # entry_time + max_trip; a registration: entry_time)
-        (
-            lookups.writeStream.queryName("speed.lookups")
-            .outputMode("append")
-            .foreachBatch(brief_java_errors(publish_lookups(settings)))
-            .option("checkpointLocation", str(checkpoint_dir(settings) / "lookups")),
-            lookups_lane,
-        ),
-    ]
-    if any(view.speed.lane is Lane.BOOTHS for view in REGISTERED):
-        # update: each window's row rewritten as it grows
-        booths = (
-            booth_lane(entries, sizes).writeStream.queryName("speed.booths")
-            .outputMode("update")
-            .foreachBatch(brief_java_errors(publish_booths(settings)))
-            .option("checkpointLocation", str(checkpoint_dir(settings) / "booths"))
-        )  # fmt: skip
-        first_phase.insert(0, (booths, fast))
+        first_phase.append((views_writer(operator_input(decoded, views.watermark), settings), fast))
+    # a view of its own: its function over the watermarked, deduplicated entries
     second_phase = []
     for view in REGISTERED:
         plan = view.speed
         if plan.lane is Lane.OWN_QUERY:
-            rows = view.compute(Inputs(entries), sizes)
+            entries = decode_records(
+                raw(TOLL_ENTRY), settings.topics, views.max_future_skew, views.dead_letter_bytes,
+                event_types=(TOLL_ENTRY,),
+            ).of(TOLL_ENTRY)  # fmt: skip
+            rows = view.compute(
+                Inputs(with_event_time(entries, TOLL_ENTRY, views.watermark)), views.sizes
+            )
             writer = view_writer(view.spec, rows, settings, output_mode=plan.output_mode)
-            first_phase.append((writer, fast if plan.fresh else lookups_lane))
-        elif plan.lane is Lane.DERIVED:  # the lookups' internal topic, not the input topics
+            first_phase.append((writer, others))
+        elif plan.lane is Lane.DERIVED:  # the operator's internal topic, not the input topics
             rows = diagnostic_counts(spark, settings)
             writer = view_writer(view.spec, rows, settings, plan.output_mode, derived=True)
-            second_phase.append((writer, slow))
+            second_phase.append((writer, (settings.speed.diagnostics_trigger, OTHERS_POOL)))
     # continuous: everything at once; available-now: drain phase by phase
     phases = [first_phase, second_phase] if available_now else [first_phase + second_phase]
     started: list[StreamingQuery] = []

@@ -3,17 +3,15 @@
 A speed-store record is keyed by the view key (its JSON; a candidate's by the
 view key and its rank) and its value holds the view's columns (and a
 candidate's hidden ones: :mod:`shared.domain.views.spec`), times as ISO-8601
-UTC, plus the ``batch_id`` of the micro-batch that wrote it. Spark's
-foreachBatch may replay a micro-batch after a failure; the replay recomputes
-the same rows from the same checkpointed state, so it writes the same records
-again, and the compacted topic keeps one per key: a restart never double
-counts.
+UTC, plus a ``version`` that orders the records of one key: the id of the
+micro-batch that wrote it, where a query writes through foreachBatch, or the
+operator's own (``speed_layer.operator``). Spark may replay a micro-batch after a
+failure; the replay recomputes the same rows from the same checkpointed state,
+so it writes the same records again, and the compacted topic keeps one per key:
+a restart never double counts.
 """
 
 from __future__ import annotations
-
-from collections.abc import Sequence
-from functools import reduce
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -48,39 +46,31 @@ def _json(columns: list[Column]) -> Column:
     return F.to_json(F.struct(*columns), JSON_OPTIONS)
 
 
-BATCH_ID_TYPE = "decimal(20,0)"
-"""``batch_id``'s type in the plan: a JSON number like a ``long``, but a constant of
-a decimal type is a reference in Spark's generated code where a ``long`` constant
-is written into it. With a ``long`` each micro-batch's projection was a new class,
-compiled (on the driver and again in a task) and kept in Spark's cache of
-compiled classes, pushing the classes that do not change out of it."""
+VERSION_TYPE = "decimal(20,0)"
+"""A micro-batch id's type as a record's ``version``: a JSON number like a ``long``, but
+a constant of a decimal type is a reference in Spark's generated code where a
+``long`` constant is written into it. With a ``long`` each micro-batch's projection
+was a new class, compiled (on the driver and again in a task) and kept in Spark's
+cache of compiled classes, pushing the classes that do not change out of it."""
+
+
+def record_key(view: ViewSpec) -> Column:
+    """A speed record's key: the JSON of the row's ``record_key`` columns."""
+    return _json([F.col(name) for name in view.record_key])
+
+
+def record_value(view: ViewSpec, version: Column) -> Column:
+    """A speed record's value: the JSON of the row's ``record_columns`` and its version."""
+    return _json(
+        [*(F.col(column.name) for column in view.record_columns), version.alias("version")]
+    )
 
 
 def speed_records(view: ViewSpec, rows: DataFrame, batch_id: int) -> DataFrame:
-    """The Kafka records (key, value) of one micro-batch's rows of a view: keyed by the
-    JSON of its ``record_key``, the value the JSON of its ``record_columns`` and the
-    ``batch_id``."""
-    keys = [F.col(name) for name in view.record_key]
-    values = [F.col(column.name) for column in view.record_columns]
-    batch = F.lit(batch_id).cast(BATCH_ID_TYPE).alias("batch_id")
-    return rows.select(_json(keys).alias("key"), _json([*values, batch]).alias("value"))
-
-
-def topic_records(topic: str, keyed: DataFrame) -> DataFrame:
-    """Records (key, value) for the Kafka sink's ``topic`` column: one write, many topics."""
-    return keyed.select(F.lit(topic).alias("topic"), F.col("key").cast("binary"), "value")
-
-
-def write_records(parts: Sequence[DataFrame], options: dict[str, str]) -> None:
-    """Write :func:`topic_records` frames to Kafka in one job.
-
-    A union of several reads of one persisted micro-batch has as many times its
-    partitions (40 tasks a micro-batch for a few thousand records): one task per
-    slot instead.
-    """
-    union = reduce(DataFrame.unionByName, parts)
-    parallelism = union.sparkSession.sparkContext.defaultParallelism
-    union.coalesce(parallelism).write.format("kafka").options(**options).save()
+    """The Kafka records (key, value) of one micro-batch's rows of a view, the micro-batch's
+    id their version."""
+    version = F.lit(batch_id).cast(VERSION_TYPE)
+    return rows.select(record_key(view).alias("key"), record_value(view, version).alias("value"))
 
 
 def publish_view(view: ViewSpec, settings: Settings) -> MicroBatchFunction:
@@ -114,16 +104,14 @@ def view_writer(
     )
 
 
-def dead_letter_records(dead_letters: DataFrame) -> DataFrame:
-    """The ``dead.letters`` records (key, value) of dead letters: JSON keyed by the
-    original record key's bounded prefix.
-
-    The bounded raw value (``shared.domain.validation.bounded_raw``) travels as
-    text when it is UTF-8 and always as base64, with the full lengths and
-    SHA-256 of the key and the value, so a record's size is bounded whatever
-    the input was.
-    """
-    value = _json(
+def dead_letter_value() -> Column:
+    """A ``dead.letters`` record's value, of a dead letter's columns
+    (``shared.domain.validation.DEAD_LETTER_SCHEMA``): its source, its reason, and the
+    bounded raw value (``shared.domain.validation.bounded_raw``) as text when it is UTF-8
+    and always as base64, with the full lengths and SHA-256 of the key and the value, so
+    a record's size is bounded whatever the input was. The record's key is the original
+    key's bounded prefix."""
+    return _json(
         [
             F.col("source_topic"),
             F.col("source_partition"),
@@ -141,4 +129,3 @@ def dead_letter_records(dead_letters: DataFrame) -> DataFrame:
             F.col("key_sha256"),
         ]
     )
-    return dead_letters.select(F.col("key"), value.alias("value"))

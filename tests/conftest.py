@@ -29,7 +29,7 @@ from shared.platform.spark_session import spark_session
 from shared.platform.topic_admin import create_topics
 from shared.settings import Settings, get_settings
 from speed_layer.job import SPEED_SPARK_CONF
-from speed_layer.lookups import operators_jar
+from speed_layer.operator import operators_jar
 
 TIERS = {
     "fast": "not integration and not e2e and not fast_tier_time",

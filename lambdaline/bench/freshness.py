@@ -1,19 +1,22 @@
 """Freshness probes: real-time events, each timed from send() until the API shows it.
 
-While the continuous speed job runs (and the generator sends the demo's traffic
-in real time beside it), every probe is a trip of one probe vehicle through a
-booth of its own, its event times the wall clock. Before the first, the
-vehicle's registration is recorded as expired, so each entry raises an alert.
+While the continuous speed job runs (and the generator sends traffic in real time
+beside it), every probe is a trip of a probe vehicle of its own through the probe
+booth, its event times the wall clock. First its registration, recorded as expired,
+so that its entry raises an alert; then:
 
 1. its entry: visible in ``booth_stats`` once its window's count at the probe
    booth includes it, and as an ``expired_registrations`` alert of that entry:
    both are timed from the entry's send();
 2. half a second later, its exit: visible as the trip of that entry, timed
-   from the exit's send().
+   from the exit's send();
+3. with ``visits``, its visit (its one entry): written once the watermark passes
+   the visit's end, entry + ``session_gap``, which it can first do when the
+   input's latest event is ``watermark`` later. It is timed from that instant.
 
-The watcher asks the API three questions per round (the booth's windows, its
-alerts, the vehicle's trips), whatever the number of probes waiting, so that
-watching costs the machine it measures little.
+Each look asks the API for the rows of the probes pending only, each a point
+lookup (one window of the booth, one entry's alert, one vehicle's trip or
+visit), so that watching costs the machine it measures little.
 
 Speed rows are served provisional (``final: false``) as soon as the speed
 layer writes them, so this is what a user waits for: a row to appear, not to
@@ -50,13 +53,14 @@ from shared.settings import Settings
 
 PROBE_BOOTH = "bench-probe"
 PROBE_PLATE = "BENCH-PROBE"
+"""The probe vehicles' plates: this, a run's mark and the probe's number."""
 PROBED_VIEWS = ("booth_stats", "vehicle_trips", "expired_registrations")
 """The views a probe is timed in, each from the event that makes its row."""
+VISITS = "vehicle_visits"
+"""Timed too with ``visits``: from the instant the watermark can pass the visit's end."""
 EXIT_AFTER_S = 0.5
 POLL_S = 0.25
-"""How often the watcher asks the API while a probe is pending: the figures' resolution.
-Each look is three queries, and an alert's scans the speed store's alerts (about a row
-per entry): at 10 looks a second they took a sixth of the API's CPU under a soak."""
+"""How often the watcher asks the API while a probe is pending: the figures' resolution."""
 
 
 def _now() -> datetime:
@@ -68,37 +72,43 @@ def _now() -> datetime:
 @dataclass
 class Probe:
     at: datetime
-    entry_time: str
-    """Its entry_time as the API writes it: the key of its trip and its alert."""
+    plate: str
     window: str
     """The start of its entry's ``booth_stats`` window, as the API writes it."""
     ordinal: int
     """Its place among the probes of that window: the count that shows it."""
+    views: tuple[str, ...]
     sent: dict[str, float] = field(default_factory=dict)
+    """Per view, when (monotonic) the row could first be there: the probe is timed from it."""
     seen: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def pending(self) -> list[str]:
+        """The views it is timed in that it was not seen in yet, and could be now."""
+        now = time.monotonic()
+        return [v for v in self.views if v not in self.seen and self.sent.get(v, now + 1) <= now]
+
+    @property
+    def done(self) -> bool:
+        return len(self.seen) == len(self.views)
 
 
 class FreshnessProbes:
     """Sends probes and watches the API for them (a thread of its own)."""
 
-    def __init__(self, settings: Settings, client: httpx2.Client, producer: KafkaProducer):
+    def __init__(
+        self, settings: Settings, client: httpx2.Client, producer: KafkaProducer,
+        visits: bool = False,
+    ) -> None:  # fmt: skip
         self.settings, self.client, self.producer = settings, client, producer
+        self.views = (*PROBED_VIEWS, VISITS) if visits else PROBED_VIEWS
         self.probes: list[Probe] = []
+        self.mark = secrets.token_hex(3).upper()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._watcher = threading.Thread(target=self._watch, name="probe-watcher", daemon=True)
-        self.begun = datetime.now(UTC)
 
     def __enter__(self) -> FreshnessProbes:
-        at = _now()
-        registration = VehicleRegistration(
-            event_id=EventId(f"probe-r-{secrets.token_hex(4)}"),
-            registration_id=RegistrationId("PROBE-R"), license_plate=LicensePlate(PROBE_PLATE),
-            expired=True, registration_time=at,
-        )  # fmt: skip
-        self._send(self.settings.topics.registrations, encode_event(registration), at)
-        self.producer.flush()
-        time.sleep(0.01)  # every entry comes after it
         self._watcher.start()
         return self
 
@@ -107,44 +117,61 @@ class FreshnessProbes:
         self._watcher.join()
 
     def send(self) -> Probe:
-        """One probe: its entry now, its exit :data:`EXIT_AFTER_S` later."""
+        """One probe: its registration and its entry now, its exit :data:`EXIT_AFTER_S`
+        later."""
+        topics, views = self.settings.topics, self.settings.views
+        with self._lock:
+            number = len(self.probes) + 1
+        plate = LicensePlate(f"{PROBE_PLATE}-{self.mark}-{number}")
+        registered = _now()
+        registration = VehicleRegistration(
+            event_id=EventId(f"probe-r-{self.mark}-{number}"),
+            registration_id=RegistrationId(f"PROBE-R-{number}"), license_plate=plate,
+            expired=True, registration_time=registered - timedelta(milliseconds=1),
+        )  # fmt: skip
+        self._send(topics.registrations, plate, encode_event(registration), registered)
+        self.producer.flush()
         at = _now()
-        window = format_instant(bucket_start(at, self.settings.views.sizes["window"]))
+        window = format_instant(bucket_start(at, views.sizes["window"]))
         with self._lock:
             ordinal = 1 + sum(1 for probe in self.probes if probe.window == window)
-            probe = Probe(at, format_instant(at), window, ordinal)
+            probe = Probe(at, plate, window, ordinal, self.views)
             self.probes.append(probe)
-        number, topics = len(self.probes), self.settings.topics
         entry = TollEntry(
-            event_id=EventId(f"probe-e-{number}-{secrets.token_hex(4)}"),
-            booth_id=BoothId(PROBE_BOOTH), entry_time=at, license_plate=LicensePlate(PROBE_PLATE),
+            event_id=EventId(f"probe-e-{self.mark}-{number}"),
+            booth_id=BoothId(PROBE_BOOTH), entry_time=at, license_plate=plate,
             state="NY", make="Ford", model="Focus", vehicle_type=1, weight_kg=1200.0,
             toll=Toll(Decimal("2.50")), tag="",
         )  # fmt: skip
-        probe.sent["booth_stats"] = probe.sent["expired_registrations"] = time.monotonic()
-        self._send(topics.entries, encode_event(entry), at)
+        sent = time.monotonic()
+        self._send(topics.entries, plate, encode_event(entry), at)
         self.producer.flush()
+        probe.sent["booth_stats"] = probe.sent["expired_registrations"] = sent
+        if VISITS in self.views:
+            closes = views.sizes["session_gap"] + views.watermark
+            probe.sent[VISITS] = sent + closes.total_seconds()
         time.sleep(EXIT_AFTER_S)
         left = _now()
         exit_ = TollExit(
-            event_id=EventId(f"probe-x-{number}-{secrets.token_hex(4)}"),
-            booth_id=BoothId(PROBE_BOOTH), exit_time=left, license_plate=LicensePlate(PROBE_PLATE),
+            event_id=EventId(f"probe-x-{self.mark}-{number}"),
+            booth_id=BoothId(PROBE_BOOTH), exit_time=left, license_plate=plate,
         )  # fmt: skip
-        probe.sent["vehicle_trips"] = time.monotonic()
-        self._send(topics.exits, encode_event(exit_), left)
+        sent = time.monotonic()
+        self._send(topics.exits, plate, encode_event(exit_), left)
         self.producer.flush()
+        probe.sent["vehicle_trips"] = sent
         return probe
 
-    def _send(self, topic: str, value: bytes, at: datetime) -> None:
+    def _send(self, topic: str, plate: str, value: bytes, at: datetime) -> None:
         self.producer.send(
-            topic, key=PROBE_PLATE.encode(), value=value, timestamp_ms=int(at.timestamp() * 1000)
+            topic, key=plate.encode(), value=value, timestamp_ms=int(at.timestamp() * 1000)
         )
 
     def wait_seen(self, probes: list[Probe], timeout_s: float) -> bool:
         """True once every view of these probes was seen, False after ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if all(len(probe.seen) == len(PROBED_VIEWS) for probe in probes):
+            if all(probe.done for probe in probes):
                 return True
             time.sleep(0.1)
         return False
@@ -153,48 +180,53 @@ class FreshnessProbes:
         """Per view, each seen probe's seconds from send() to visible."""
         return {
             view: [p.seen[view] - p.sent[view] for p in probes if view in p.seen]
-            for view in PROBED_VIEWS
+            for view in self.views
         }
 
     # --- watching -------------------------------------------------------------------------
-    def _get(self, path: str, **params: str) -> dict[str, Any] | None:
-        span = {"from": format_instant(self.begun - timedelta(hours=1)),
-                "to": format_instant(self.begun + timedelta(days=1))}  # fmt: skip
+    def _get(self, path: str, since: datetime, until: datetime, **params: str) -> list[Any]:
+        """The rows of one answer over [since, until), or none (a plate not known yet: 404)."""
+        span = {"from": format_instant(since), "to": format_instant(until)}
         try:
             response = self.client.get(path, params={**span, **params})
         except httpx2.TransportError:
-            return None
-        if response.status_code != 200:  # a plate not known yet: 404
-            return None
-        body: dict[str, Any] = response.json()
-        return body
+            return []
+        if response.status_code != 200:
+            return []
+        rows: list[Any] = response.json()["rows"]
+        return rows
 
     def _watch(self) -> None:
         while not self._stop.is_set():
             with self._lock:
-                pending = [p for p in self.probes if len(p.seen) < len(PROBED_VIEWS)]
+                pending = [(p, views) for p in self.probes if (views := p.pending)]
             if pending:
                 self._look(pending)
             self._stop.wait(POLL_S)
 
-    def _look(self, pending: list[Probe]) -> None:
-        stats = self._get(f"/v1/booths/{PROBE_BOOTH}/stats")
-        stats_at = time.monotonic()
-        counts = {
-            row["window_start"]: row["vehicle_count"] for row in (stats or {"rows": []})["rows"]
-        }
-        alerts = self._get("/v1/alerts/expired-registrations", booth_id=PROBE_BOOTH)
-        alerts_at = time.monotonic()
-        alerted = {row["entry_time"] for row in (alerts or {"rows": []})["rows"]}
-        trips = self._get(f"/v1/vehicles/{PROBE_PLATE}/trips")
-        trips_at = time.monotonic()
-        # an entry's trip: its earliest exit, which is the probe's own (the vehicle's
-        # next entry comes after it)
-        ended = {row["entry_time"] for row in (trips or {"rows": []})["rows"]}
-        for probe in pending:
-            if "booth_stats" in probe.sent and counts.get(probe.window, 0) >= probe.ordinal:
-                probe.seen.setdefault("booth_stats", stats_at)
-            if "expired_registrations" in probe.sent and probe.entry_time in alerted:
-                probe.seen.setdefault("expired_registrations", alerts_at)
-            if "vehicle_trips" in probe.sent and probe.entry_time in ended:
-                probe.seen.setdefault("vehicle_trips", trips_at)
+    def _look(self, pending: list[tuple[Probe, list[str]]]) -> None:
+        window = self.settings.views.sizes["window"]
+        instant = timedelta(milliseconds=1)
+        counts: dict[str, int] = {}
+        for probe, views in pending:
+            entered = format_instant(probe.at)
+            if "booth_stats" in views:
+                if probe.window not in counts:  # one look per window
+                    start = datetime.fromisoformat(probe.window.replace("Z", "+00:00"))
+                    rows = self._get(f"/v1/booths/{PROBE_BOOTH}/stats", start, start + window)
+                    counts[probe.window] = sum(row["vehicle_count"] for row in rows)
+                if counts[probe.window] >= probe.ordinal:
+                    probe.seen["booth_stats"] = time.monotonic()
+            looks = {
+                "expired_registrations": ("/v1/alerts/expired-registrations",
+                                          {"booth_id": PROBE_BOOTH}),
+                "vehicle_trips": (f"/v1/vehicles/{probe.plate}/trips", {}),
+                VISITS: (f"/v1/vehicles/{probe.plate}/visits", {}),
+            }  # fmt: skip
+            for view, (path, params) in looks.items():
+                if view in views:
+                    rows = self._get(path, probe.at, probe.at + instant, **params)
+                    if any(
+                        row.get("entry_time", row.get("session_start")) == entered for row in rows
+                    ):
+                        probe.seen[view] = time.monotonic()

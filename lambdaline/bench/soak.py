@@ -6,7 +6,7 @@ sending ``--rate`` events per second in real time (event time = wall time), and
 every :data:`SAMPLE_S` seconds samples:
 
 - the input rate (the input topics' end offsets) and the processed rate (what
-  the lookups query, which reads every input topic, had read by its latest
+  the operator's query, which reads every input topic, had read by its latest
   micro-batch);
 - the consumer lag of each query: records on the broker it had not read;
 - the speed JVM's heap after GC (the least its GC log shows after any
@@ -57,7 +57,7 @@ import httpx2
 from rich.console import Console
 
 from lambdaline.bench.floor import FLOOR_PROGRESS_TOPIC, FLOOR_QUERY, FLOOR_TOPIC
-from lambdaline.bench.freshness import PROBED_VIEWS, FreshnessProbes, Probe
+from lambdaline.bench.freshness import PROBED_VIEWS, VISITS, FreshnessProbes, Probe
 from lambdaline.bench.measure import (
     cpu_seconds_by_process,
     cpu_seconds_of_tree,
@@ -74,6 +74,7 @@ from shared.platform.kafka_admin import kafka_consumer, kafka_producer, offset_b
 from shared.platform.kafka_security import security_environment
 from shared.platform.topic_admin import TopicSpec, create_topics
 from shared.settings import Settings
+from speed_layer.operator import VIEWS_QUERY
 
 SAMPLE_S = 10.0
 MICRO_BATCH_FIELDS = ("batch_id", "batch_duration_ms", "phases_ms", "num_input_rows")
@@ -217,9 +218,13 @@ class ProgressFollower:
         self.consumer.close()
 
 
+SOAK_VIEWS = (*PROBED_VIEWS, VISITS)
+"""The views the soak's probes are timed in."""
+
+
 def _newly_seen(probes: list[Probe], reported: set[tuple[int, str]]) -> dict[str, list[float]]:
     """Per view, the seconds to visible of the probes first seen since the last call."""
-    found: dict[str, list[float]] = {view: [] for view in PROBED_VIEWS}
+    found: dict[str, list[float]] = {view: [] for view in SOAK_VIEWS}
     for probe in probes:
         for view, at in probe.seen.items():
             if (id(probe), view) not in reported:
@@ -405,7 +410,7 @@ class Soak:
             }
             if probes is not None:
                 sample["freshness_s"] = _newly_seen(sent, reported)
-                sent = [p for p in sent if len(p.seen) < len(PROBED_VIEWS)]
+                sent = [p for p in sent if not p.done]
             phase.samples.append(sample)
             self.console.print(
                 f"  {phase.name} {sample['t_s']:>7.0f} s | in {sample['input_per_s']:>7.0f}/s "
@@ -430,12 +435,12 @@ class Soak:
         job.stopped = True  # on purpose: not a child that died
         self._watch(
             Phase("outage", options.rate), options.outage_minutes * 60, job, follower, None,
-            "speed.lookups",
+            VIEWS_QUERY,
         )  # fmt: skip
         restarted = self.children.spawn("speed-restarted", "speed", "run")
         self._watch(
             Phase("recovery", options.rate), options.recovery_minutes * 60, restarted, follower,
-            probes, "speed.lookups",
+            probes, VIEWS_QUERY,
         )  # fmt: skip
         return restarted
 
@@ -448,6 +453,8 @@ class Soak:
         }
         if self.broker_pid is not None:
             parts["broker"] = cpu_seconds_of_tree(self.broker_pid)
+        # this process: the probes and their watcher, the sampling, the progress follower
+        parts["probes"] = sum(os.times()[:2])
         return parts
 
     @staticmethod
@@ -475,18 +482,16 @@ class Soak:
         try:
             if not wait_until_answers(client, 180):
                 raise SoakError(f"the API did not become ready:\n{log_tail(api.log)}")
-            with FreshnessProbes(self.settings, client, producer) as probes:
+            with FreshnessProbes(self.settings, client, producer, visits=True) as probes:
                 soak = Phase("soak", options.rate)
-                self._watch(soak, options.minutes * 60, job, follower, probes, "speed.lookups")
+                self._watch(soak, options.minutes * 60, job, follower, probes, VIEWS_QUERY)
                 # the soak's trend window (its last 30 min): each query's micro-batches in it
                 window = (time.monotonic() - TREND_WINDOW.total_seconds(), time.monotonic())
                 for rate in options.ramp:
                     self.step(f"ramp: {rate:g} events/s for {options.step_minutes:g} min")
                     self._send_at(rate)
                     step = Phase(f"ramp-{rate:g}", rate)
-                    self._watch(
-                        step, options.step_minutes * 60, job, follower, probes, "speed.lookups"
-                    )
+                    self._watch(step, options.step_minutes * 60, job, follower, probes, VIEWS_QUERY)
                 if options.outage_minutes > 0:
                     if options.ramp:
                         self._send_at(options.rate)
@@ -583,7 +588,7 @@ def recovery(
     bound = rate * STEP_FLAT_LAG_S
     back = next((s for s in after if s["lag_records"] <= bound), None)
     catching_up = [s for s in after if back is None or s["t_s"] <= back["t_s"]]
-    freshness: dict[str, list[float]] = {view: [] for view in PROBED_VIEWS}
+    freshness: dict[str, list[float]] = {view: [] for view in SOAK_VIEWS}
     for sample in after:
         for view, seen in sample.get("freshness_s", {}).items():
             freshness[view] += seen
@@ -636,7 +641,7 @@ def summarise(phases: list[Phase], options: SoakOptions, settings: Settings) -> 
                     "processed_per_s": round(_mean([s["processed_per_s"] for s in window]), 1),
                 }
             )
-    freshness: dict[str, list[float]] = {view: [] for view in PROBED_VIEWS}
+    freshness: dict[str, list[float]] = {view: [] for view in SOAK_VIEWS}
     for sample in tail:
         for view, seen in sample.get("freshness_s", {}).items():
             freshness[view] += seen

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from shared.domain.events import EVENT_TYPES, EventType
 
 DIAGNOSTIC_ENTRIES = "internal.diagnostic_entries"
-"""The speed layer's internal topic (after the speed prefix) between its per-entry
-lookups and its ``diagnostics`` counts (see speed_layer/lookups.py)."""
+"""The speed layer's internal topic (after the speed prefix) between its operator's
+entries missing a match and its ``diagnostics`` counts (see speed_layer/operator.py)."""
 
 DERIVED_QUERY_PREFIX = "speed.derived."
 """Names the speed queries that read the speed layer's own internal topics, not the

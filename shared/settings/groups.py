@@ -338,14 +338,9 @@ class SpeedSettings(SettingsGroup):
 
     trigger: PositiveDuration = Field(
         timedelta(seconds=1),
-        description="micro-batch interval of the continuous speed job's booths query "
-        "(the booth lane and the fresh views' own queries)",
-    )
-    lookup_trigger: PositiveDuration = Field(
-        timedelta(seconds=2),
-        description="micro-batch interval of its lookups query (trip and registration "
-        "candidates, dead letters) and vehicle_visits: a trip is served about this long "
-        "after its exit at worst",
+        description="micro-batch interval of the continuous speed job's queries (its operator, "
+        "which computes the views, and any view's own query): a row is served about this long "
+        "after its event at best",
     )
     diagnostics_trigger: PositiveDuration = Field(
         timedelta(seconds=10),
@@ -353,7 +348,10 @@ class SpeedSettings(SettingsGroup):
         "watermark or max_trip anyway",
     )
     max_offsets_per_trigger: int | None = Field(
-        None, ge=1, description="cap on Kafka records per micro-batch (none = all available)"
+        60_000,
+        ge=1,
+        description="most Kafka records a speed micro-batch reads (a backlog is worked off in "
+        "micro-batches of at most this many; none = all available)",
     )
     retention: PositiveDuration = Field(
         timedelta(days=3), description="retention of speed.* topics (>= 3 batch periods)"

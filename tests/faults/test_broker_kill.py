@@ -29,6 +29,7 @@ from lambdaline.generator import GeneratorConfig, shard_records
 from lambdaline.processes import log_tail, stop_process
 from shared.platform.kafka_admin import admin_client, offset_bounds
 from shared.settings import Settings
+from speed_layer.operator import VIEWS_QUERY
 from tests.faults.conftest import Results, times
 from tests.integration.helpers import (
     environment_of,
@@ -150,4 +151,4 @@ def _leader(settings: Settings, topic: str, rng: random.Random) -> int:
 
 def _speed_rows_read(settings: Settings) -> int:
     """Input rows of booth_stats' micro-batches, as the speed job reports them."""
-    return sum(r["num_input_rows"] or 0 for r in progress_reports(settings, "speed.booths"))
+    return sum(r["num_input_rows"] or 0 for r in progress_reports(settings, VIEWS_QUERY))

@@ -38,6 +38,7 @@ from shared.platform.process_groups import group_is_gone
 from shared.platform.topic_admin import create_topics
 from shared.settings import Settings
 from speed_layer import job
+from speed_layer.operator import VIEWS_QUERY
 from tests.faults.conftest import Results, times
 from tests.integration.helpers import (
     close_the_day,
@@ -125,9 +126,7 @@ def test_speed_driver_killed_at_random_moments_serves_what_an_uninterrupted_run_
 
 
 def _batches_with_input(settings: Settings) -> int:
-    return sum(
-        1 for r in progress_reports(settings, "speed.booths") if (r["num_input_rows"] or 0) > 0
-    )
+    return sum(1 for r in progress_reports(settings, VIEWS_QUERY) if (r["num_input_rows"] or 0) > 0)
 
 
 def _exited(driver: subprocess.Popen[bytes], logs: Path) -> bool:

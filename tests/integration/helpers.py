@@ -35,6 +35,7 @@ from shared.platform.kafka_security import security_environment
 from shared.platform.topic_admin import create_topics
 from shared.settings import Settings
 from shared.settings.views import VIEW_BY_NAME
+from speed_layer.operator import VIEWS_QUERY
 from tests.scenarios import Lookback, ThreeDays, entry_value, exit_value, registration_value
 
 
@@ -126,9 +127,9 @@ def progress_reports(settings: Settings, query: str | None = None) -> list[dict[
     return [report for report in reports if query is None or report["query"] == query]
 
 
-def read_to(settings: Settings, query: str = "speed.lookups") -> dict[tuple[str, int], int]:
+def read_to(settings: Settings, query: str = VIEWS_QUERY) -> dict[tuple[str, int], int]:
     """Where a speed query has read each partition to, by its progress reports (the
-    lookups query reads every input topic)."""
+    operator's query reads every input topic)."""
     read: dict[tuple[str, int], int] = {}
     for report in progress_reports(settings, query):
         for source in report["source_end_offsets"]:
@@ -193,7 +194,7 @@ def speed_view(settings: Settings, view: str) -> dict[str, dict[str, Any]]:
     for record in records:
         value = json.loads(record.value, parse_float=Decimal)
         held = latest.get(record.key.decode())
-        if held is None or held["batch_id"] <= value["batch_id"]:
+        if held is None or held["version"] <= value["version"]:
             latest[record.key.decode()] = value
     return latest
 
@@ -324,13 +325,13 @@ def batch_rows(settings: Settings, table: str, version: int | None = None) -> li
         return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
 
-def without_batch_id(row: dict[str, Any]) -> dict[str, Any]:
-    return {name: value for name, value in row.items() if name != "batch_id"}
+def without_version(row: dict[str, Any]) -> dict[str, Any]:
+    return {name: value for name, value in row.items() if name != "version"}
 
 
 def speed_booth_stats(settings: Settings) -> list[dict[str, Any]]:
     """The speed store's booth_stats rows, in key order, without their batch ids."""
     return sorted(
-        (without_batch_id(row) for row in speed_view(settings, "booth_stats").values()),
+        (without_version(row) for row in speed_view(settings, "booth_stats").values()),
         key=lambda row: (str(row["booth_id"]), str(row["window_start"])),
     )

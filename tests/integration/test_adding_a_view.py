@@ -124,7 +124,7 @@ def test_the_speed_layer_writes_it_to_its_own_topic(deployed: Any) -> None:
     latest: dict[bytes, dict[str, Any]] = {}
     for record in read_all(settings, settings.topics.speed("heavy_vehicles")):
         value = json.loads(record.value)
-        if record.key not in latest or latest[record.key]["batch_id"] <= value["batch_id"]:
+        if record.key not in latest or latest[record.key]["version"] <= value["version"]:
             latest[record.key] = value
     assert {(v["booth_id"], v["window_start"]): v["heavy_count"] for v in latest.values()} == (
         BY_HAND

@@ -18,6 +18,7 @@ from batch_layer.run import run_batch
 from serving.main import create_app
 from shared.settings import Settings
 from speed_layer import job
+from speed_layer.operator import VIEWS_QUERY
 from tests.integration.helpers import close_the_day, isolated_settings, send
 from tests.scenarios import entry_value, exit_value, registration_value
 
@@ -85,7 +86,7 @@ def test_a_late_entry_for_a_closed_day_is_listed_in_the_next_versions_correction
         assert summary["views"]["booth_stats"]["largest_difference"] == {
             "vehicle_count": 1.0, "total_toll": 4.0
         }  # fmt: skip
-        assert summary["late_rows_since_previous"]["speed.booths"] == 1
+        assert summary["late_rows_since_previous"][VIEWS_QUERY] == 1
 
         rows = api.get("/v1/versions/2/corrections", headers=KEY).json()["rows"]
         by_view: dict[str, list[dict[str, Any]]] = {}

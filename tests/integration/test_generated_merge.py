@@ -44,6 +44,7 @@ from shared.domain.events import format_instant
 from shared.domain.views.view import ViewSizes
 from shared.settings import Settings
 from speed_layer import job
+from speed_layer.operator import VIEWS_QUERY
 from tests.integration.helpers import (
     CLOSING_BOOTH,
     CLOSING_PLATE,
@@ -207,12 +208,12 @@ KEYS = {
     "vehicle_visits": ("license_plate", "session_start"),
 }  # fmt: skip
 WRITTEN_BY = {
-    "booth_stats": "speed.booths", "booth_rolling": "speed.booths",
-    "vehicle_trips": "speed.lookups", "expired_registrations": "speed.lookups",
-    "diagnostics": "speed.lookups", "vehicle_visits": "speed.vehicle_visits",
+    "booth_stats": VIEWS_QUERY, "booth_rolling": VIEWS_QUERY,
+    "vehicle_trips": VIEWS_QUERY, "expired_registrations": VIEWS_QUERY,
+    "diagnostics": VIEWS_QUERY, "vehicle_visits": VIEWS_QUERY,
 }  # fmt: skip
 """The query whose late drops explain a view's differences (diagnostics: its entries
-come from the lookups)."""
+come from the operator)."""
 
 
 def closed(view: str, row: dict[str, Any]) -> bool:

@@ -267,7 +267,7 @@ def test_a_record_that_is_not_a_row_is_skipped_and_the_store_goes_on(
         "booth_id": "b1", "window_start": "2026-01-05T06:00:00.000Z",
         "window_end": "2026-01-05T06:05:00.000Z", "vehicle_count": 3, "total_toll": 7.5,
         "first_entry_time": "2026-01-05T06:00:01.000Z",
-        "last_entry_time": "2026-01-05T06:04:00.000Z", "batch_id": 1,
+        "last_entry_time": "2026-01-05T06:04:00.000Z", "version": 1,
     }  # fmt: skip
     topic = f"{settings.topics.speed_prefix}booth_stats"
     producer = KafkaProducer(bootstrap_servers=settings.kafka.bootstrap)
@@ -304,7 +304,7 @@ def test_a_lost_broker_shows_and_the_consumer_resumes_where_it_was(tmp_path: Pat
             "booth_id": booth, "window_start": "2026-01-05T06:00:00.000Z",
             "window_end": "2026-01-05T06:05:00.000Z", "vehicle_count": 1, "total_toll": 2.5,
             "first_entry_time": "2026-01-05T06:00:01.000Z",
-            "last_entry_time": "2026-01-05T06:00:01.000Z", "batch_id": 1,
+            "last_entry_time": "2026-01-05T06:00:01.000Z", "version": 1,
         }  # fmt: skip
         producer = KafkaProducer(bootstrap_servers=settings.kafka.bootstrap)
         try:

@@ -54,9 +54,9 @@ def as_speed_rows(frame: DataFrame, view: str) -> dict[str, dict[str, Any]]:
 
 
 def without_closing(rows: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """The rows, without their ``batch_id``, but those of the closing booth or plate."""
+    """The rows, without their ``version``, but those of the closing booth or plate."""
     return {
-        key: {name: value for name, value in row.items() if name != "batch_id"}
+        key: {name: value for name, value in row.items() if name != "version"}
         for key, row in rows.items()
         if row.get("booth_id") != CLOSING_BOOTH and row.get("license_plate") != CLOSING_PLATE
     }

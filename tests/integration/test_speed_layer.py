@@ -15,6 +15,7 @@ from pyspark.sql import SparkSession
 from shared.settings import Settings
 from speed_layer import job
 from speed_layer.checkpoint import checkpoint_dir
+from speed_layer.operator import VIEWS_QUERY
 from tests.integration.helpers import (
     hand_rows,
     isolated_settings,
@@ -24,7 +25,7 @@ from tests.integration.helpers import (
     speed_booth_stats,
     speed_rows,
     speed_view,
-    without_batch_id,
+    without_version,
 )
 from tests.scenarios import Lookback, Lookups, OneDay, entry, entry_value, exit_
 
@@ -77,7 +78,7 @@ def test_spark_reads_the_speed_jobs_scheduler_pools(spark: SparkSession) -> None
     # builds its pools from the allocation file when the context starts
     assert spark.sparkContext.getConf().get("spark.scheduler.mode") == "FAIR"
     context = spark.sparkContext._jsc.sc()
-    for pool in (job.FRESH_POOL, job.LOOKUPS_POOL):
+    for pool in (job.VIEWS_POOL, job.OTHERS_POOL):
         assert context.getPoolForName(pool).isDefined(), pool
 
 
@@ -85,37 +86,36 @@ def test_progress_is_published_per_query(drained: Settings, spark: SparkSession)
     progress = [
         json.loads(record.value) for record in read_all(drained, drained.topics.speed_progress)
     ]
-    stats = [p for p in progress if p["query"] == "speed.booths" and p["num_input_rows"] > 0]
-    assert sum(p["num_input_rows"] for p in stats) == len(OneDay.ENTRIES) + len(OneDay.MALFORMED)
-    assert stats[-1]["watermark"] is not None
+    views = [p for p in progress if p["query"] == VIEWS_QUERY and p["num_input_rows"] > 0]
+    assert sum(p["num_input_rows"] for p in views) == len(OneDay.ENTRIES) + len(OneDay.MALFORMED)
+    assert views[-1]["watermark"] is not None
     # where each micro-batch's time went, as Spark times its phases
-    assert stats[-1]["phases_ms"]["addBatch"] <= stats[-1]["batch_duration_ms"]
+    assert views[-1]["phases_ms"]["addBatch"] <= views[-1]["batch_duration_ms"]
     # the API compares them with its own window and max_trip (/v1/status)
     assert {json.dumps(p["view_settings"], sort_keys=True) for p in progress} == {
         '{"max_trip": "1h", "registration_lookback": "400d", "rolling_slide": "5m", '
         '"rolling_window": "1h", "session_gap": "30m", "window": "5m"}'
     }
-    # state per stateful operator: the booth lane holds each booth's 5-minute buckets
-    # (OneDay.BOOTH_STATS' three windows; none dropped: the watermark stays in the morning)
+    # state per stateful operator: the one operator, whose roll-up holds each booth's
+    # 5-minute buckets (OneDay.BOOTH_STATS' three windows; none dropped: the watermark
+    # stays in the morning)
     last = {p["query"]: p for p in progress}
-    operators = {op["operator"]: op for op in last["speed.booths"]["state_operators"]}
-    assert sorted(operators) == ["dedupeWithinWatermark", "transformWithStateExec"]
+    [operator] = last[VIEWS_QUERY]["state_operators"]
+    assert operator["operator"] == "transformWithStateExec"
     # RocksDB: memory in use; SST files only once a snapshot is made (changelog
     # checkpointing writes the changes of each batch, not files of the store)
-    assert operators["transformWithStateExec"]["memory_bytes"] > 0
-    assert operators["transformWithStateExec"]["disk_bytes"] is not None
+    assert operator["memory_bytes"] > 0
+    assert operator["disk_bytes"] is not None
+    assert operator["counters"]["rocksdb_puts"] > 0
     held = (
         spark.read.format("statestore")
-        .option("stateVarName", "booth")
-        .load(str(checkpoint_dir(drained) / "booths"))
+        .option("stateVarName", "roll_up")
+        .load(str(checkpoint_dir(drained) / "views"))
         .collect()
     )
     buckets = {row.key[0]: [bucket.start for bucket in row.value.buckets] for row in held}
     ten = int(datetime(2026, 1, 5, 10, tzinfo=UTC).timestamp() * 1000)
-    assert buckets == {"b1": [ten, ten + 300_000], "b2": [ten]}
-    assert [op["operator"] for op in last["speed.lookups"]["state_operators"]] == [
-        "transformWithStateExec"
-    ]
+    assert buckets == {"r:b1": [ten, ten + 300_000], "r:b2": [ten]}
 
 
 def test_a_record_later_than_the_watermark_is_dropped_and_counted(
@@ -137,7 +137,7 @@ def test_a_record_later_than_the_watermark_is_dropped_and_counted(
     ]
     assert window_10_00["vehicle_count"] == 1  # e6 was not counted
     progress = [json.loads(r.value) for r in read_all(settings, settings.topics.speed_progress)]
-    second_run = [p for p in progress if p["query"] == "speed.booths" and p["num_input_rows"] == 1]
+    second_run = [p for p in progress if p["query"] == VIEWS_QUERY and p["num_input_rows"] == 1]
     assert [p["rows_dropped_by_watermark"] for p in second_run] == [1]
 
 
@@ -162,7 +162,7 @@ def test_each_entrys_trip_is_its_earliest_exit_within_max_trip(
     job.run(spark, settings, available_now=True)
 
     trips = sorted(
-        (without_batch_id(row) for row in speed_view(settings, "vehicle_trips").values()),
+        (without_version(row) for row in speed_view(settings, "vehicle_trips").values()),
         key=lambda row: str(row["entry_time"]),
     )
     assert trips == [
@@ -228,14 +228,14 @@ def test_a_replayed_lookup_batch_does_not_count_its_diagnostic_entries_twice(
         # moves the watermark past 10:05; itself undecided at the end of the run
         entry("e9", "b9", "P1", "2026-01-05T12:30:00.000Z", "1.00", sent_at="2026-01-05T12:30:00.100Z"),
     ])  # fmt: skip
-    # the lookups' watermark is the entries' and the exits' minimum: exits must flow too
+    # an exit too (the watermark is the entries' alone)
     send(settings, settings.topics.exits, [
         exit_("x9", "b9", "P1", "2026-01-05T12:31:00.000Z", sent_at="2026-01-05T12:31:00.100Z"),
     ])  # fmt: skip
     job.run(spark, settings, available_now=True)
 
     def diagnostics() -> list[dict[str, object]]:
-        rows = [without_batch_id(row) for row in speed_view(settings, "diagnostics").values()]
+        rows = [without_version(row) for row in speed_view(settings, "diagnostics").values()]
         return sorted(rows, key=lambda row: (str(row["window_start"]), str(row["reason"])))
 
     # e1 and e3 have no exit within max_trip (the watermark, 12:28, is past 11:05);

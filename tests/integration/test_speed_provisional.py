@@ -24,6 +24,7 @@ from pyspark.sql import SparkSession
 from serving.main import create_app
 from shared.settings import Settings
 from speed_layer import job
+from speed_layer.operator import VIEWS_QUERY
 from tests.integration.helpers import (
     close_the_day,
     isolated_settings,
@@ -175,7 +176,7 @@ def test_available_now_leaves_every_row_final_under_its_last_watermark_written(
     job.run(spark, settings, available_now=True)
 
     progress = [json.loads(r.value) for r in read_all(settings, settings.topics.speed_progress)]
-    marks = [p["watermark"] for p in progress if p["query"] == "speed.lookups"]
+    marks = [p["watermark"] for p in progress if p["query"] == VIEWS_QUERY]
     assert max(marks) == "2026-01-05T11:00:20.000Z"
     counts = served(settings.updated(api_keys=[KEY["X-API-Key"]]), "/v1/diagnostics")["rows"]
     # e3's exit may still come (10:05 + 1 h is after 11:00:20); e9 is undecided

@@ -22,6 +22,7 @@ from shared.settings import Settings
 from speed_layer import job
 from speed_layer.checkpoint import (
     ROCKSDB_PROVIDER,
+    STATE_LAYOUT,
     STATE_STORE_PROVIDER_CONF,
     CheckpointError,
     checkpoint_dir,
@@ -250,7 +251,7 @@ def test_a_checkpoint_of_another_state_store_or_layout_is_refused_until_a_reset(
 ) -> None:
     settings = isolated_settings(kafka, tmp_path)
     send(settings, settings.topics.entries, OneDay.ENTRIES)
-    # both lanes' operators run on RocksDB only: another store is refused at once
+    # the operator runs on RocksDB only: another store is refused at once
     spark.conf.set(STATE_STORE_PROVIDER_CONF, HDFS_PROVIDER)
     try:
         with pytest.raises(CheckpointError, match="transformWithState, which runs on RocksDB only"):
@@ -268,14 +269,14 @@ def test_a_checkpoint_of_another_state_store_or_layout_is_refused_until_a_reset(
     message = " ".join(refused.stderr.split())
     assert (
         f"error: the speed checkpoint {checkpoint_dir(settings)} keeps its state as "
-        "stream-stream joins and an aggregation a view, but the speed job now keeps it as "
-        "booth lane, plate lane"
+        f"stream-stream joins and an aggregation a view, but the speed job now keeps it as "
+        f"{STATE_LAYOUT}"
     ) in message
     assert "Start the speed layer over with `lambdaline speed reset`" in message
 
     assert run_cli(settings, "speed", "reset", "--yes").returncode == 0
     job.run(spark, settings, available_now=True)
-    assert state_store_provider(checkpoint_dir(settings) / "booths") == ROCKSDB_PROVIDER
+    assert state_store_provider(checkpoint_dir(settings) / "views") == ROCKSDB_PROVIDER
     assert not (checkpoint_dir(settings) / "booth_stats").exists()
     assert sorted(row["vehicle_count"] for row in speed_view(settings, "booth_stats").values()) == [
         1, 1, 2,

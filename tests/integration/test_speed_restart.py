@@ -24,6 +24,7 @@ from shared.platform.process_groups import group_is_gone
 from shared.platform.topic_admin import create_topics
 from shared.settings import Settings
 from speed_layer import job
+from speed_layer.operator import VIEWS_QUERY
 from tests.integration.conftest import broker_settings
 from tests.integration.helpers import (
     environment_of,
@@ -70,7 +71,7 @@ def test_sigterm_stops_every_query_cleanly(kafka: Settings, tmp_path: Path) -> N
             start_new_session=True,
         )  # fmt: skip
     try:
-        wait_for_batches(settings, "speed.booths", batches=1, timeout_s=240)
+        wait_for_batches(settings, VIEWS_QUERY, batches=1, timeout_s=240)
         driver.send_signal(signal.SIGTERM)  # to the Python driver only, as a supervisor does
         assert driver.wait(timeout=120) == 0
         # the driver stopped Spark before it exited, so its scratch is gone already
@@ -134,7 +135,7 @@ def test_a_broker_gone_ends_the_job_with_one_line_and_its_checkpoint_goes_on(
                 stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True,
             )  # fmt: skip
-        wait_for_batches(settings, "speed.booths", batches=1, timeout_s=240)
+        wait_for_batches(settings, VIEWS_QUERY, batches=1, timeout_s=240)
         kafka_broker.stop(settings)
         # Spark's Kafka source gives up after kafka_timeout, up to three times
         assert driver.wait(timeout=240) == 1

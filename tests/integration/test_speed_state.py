@@ -1,4 +1,4 @@
-"""The speed job's state stays bounded: per plate, the lookups keep only what an event
+"""The speed job's state stays bounded: per plate, the operator keeps only what an event
 still to come can use (real broker, real Spark, RocksDB state, read back with Spark's
 state data source)."""
 
@@ -14,6 +14,7 @@ from pyspark.sql import Row, SparkSession
 from shared.settings import Settings
 from speed_layer import job
 from speed_layer.checkpoint import checkpoint_dir
+from speed_layer.operator import VIEWS_QUERY
 from tests.integration.helpers import isolated_settings, read_all, send
 from tests.scenarios import entry, exit_, registration
 
@@ -37,8 +38,8 @@ def test_registration_state_of_one_plate_stays_within_the_lookback(
         registration_lookback=LOOKBACK, speed_max_offsets_per_trigger=3 * PER_TYPE
     )
     times = [datetime(2026, 1, 5, tzinfo=UTC) + n * EVERY for n in range(SENT)]
-    # P1 registered every 5 minutes; P2 drives through meanwhile: the query's
-    # watermark is the least of its inputs', so exits must flow too
+    # P1 registered every 5 minutes; P2 drives through meanwhile (its entries move the
+    # watermark), each entry followed by its exit
     send(settings, settings.topics.registrations, [
         registration(f"r{n}", f"R{n}", "P1", n % 2 == 0, wire(at)) for n, at in enumerate(times)
     ])  # fmt: skip
@@ -54,32 +55,39 @@ def test_registration_state_of_one_plate_stays_within_the_lookback(
         json.loads(record.value) for record in read_all(settings, settings.topics.speed_progress)
     ]
     batches = [
-        p["batch_id"] for p in progress if p["query"] == "speed.lookups" and p["num_input_rows"] > 0
+        p["batch_id"] for p in progress if p["query"] == VIEWS_QUERY and p["num_input_rows"] > 0
     ]
     assert len(batches) == SENT // PER_TYPE
-    held = [plates(spark, checkpoint_dir(settings) / "lookups", batch) for batch in batches]
-    registrations = [len(state["P1"].registrations) for state in held]
+    views = checkpoint_dir(settings) / "views"
+    registrations = [held(spark, views, batch, "plate_rights_1") for batch in batches]
     # by hand: after a micro-batch, P1 holds the registrations after the watermark it
     # was read under (the batch's own 4 at most, and the one the 2 min delay let in)
     # and the best one before it: never more, whatever the lookback
-    assert max(registrations) <= PER_TYPE + 2 < LOOKBACK // EVERY
+    assert max(len(state.get("p:P1", [])) for state in registrations) <= PER_TYPE + 2
+    assert PER_TYPE + 2 < LOOKBACK // EVERY
     # the last is kept: an entry of the next lookback would still use it
-    assert held[-1]["P1"].registrations[-1].id == f"R{SENT - 1}"
+    assert max(r.registration_id for r in registrations[-1]["p:P1"]) == f"R{SENT - 1}"
     # P2's entries are held for max_trip (1 h), then leave: 60 min / 5 min + 1 of them,
     # plus the batch's own 4 and one the delay let in; exits only until the watermark
-    entries = [len(state["P2"].entries) for state in held]
+    entries = [len(held(spark, views, batch, "plate_entries").get("p:P2", [])) for batch in batches]
     assert max(entries) <= timedelta(hours=1) // EVERY + 1 + PER_TYPE + 1 < SENT
     assert entries[-1] >= timedelta(hours=1) // EVERY  # it got there
-    assert max(len(state["P2"].exits) for state in held) <= PER_TYPE + 1
+    exits = [len(held(spark, views, batch, "plate_rights_0").get("p:P2", [])) for batch in batches]
+    assert max(exits) <= PER_TYPE + 1
 
 
-def plates(spark: SparkSession, query: Path, batch_id: int) -> dict[str, Row]:
-    """The lookups' state per plate after a micro-batch (Spark's state data source)."""
+def held(spark: SparkSession, query: Path, batch_id: int, variable: str) -> dict[str, list[Row]]:
+    """One state variable of the operator after a micro-batch (Spark's state data source),
+    per grouping key: its values (a list's elements, a map's values)."""
     rows = (
         spark.read.format("statestore")
-        .option("stateVarName", "plate")
+        .option("stateVarName", variable)
         .option("batchId", batch_id)
         .load(str(query))
         .collect()
     )
-    return {row.key[0]: row.value for row in rows}
+    found: dict[str, list[Row]] = {}
+    for row in rows:
+        values = [v for name, v in row.asDict().items() if name not in ("key", "partition_id")]
+        found.setdefault(row.key[0], []).append(values[-1])
+    return found

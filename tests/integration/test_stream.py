@@ -74,7 +74,7 @@ def write_rows(settings: Settings, first: int, count: int) -> dict[str, tuple[in
                 "booth_id": f"s{n}", "window_start": f"{start.isoformat()}.000Z",
                 "window_end": f"{(start + timedelta(minutes=5)).isoformat()}.000Z",
                 "vehicle_count": n, "total_toll": 1.5, "first_entry_time": f"{start.isoformat()}.000Z",
-                "last_entry_time": f"{start.isoformat()}.000Z", "batch_id": 1,
+                "last_entry_time": f"{start.isoformat()}.000Z", "version": 1,
             }  # fmt: skip
             key = f"s{n}|{start.isoformat()}".encode()
             sent[f"s{n}"] = producer.send(

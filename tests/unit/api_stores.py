@@ -144,9 +144,9 @@ def publish_next_day(store: Path) -> None:
     )  # fmt: skip
 
 
-def speed_record(value: dict[str, Any], batch_id: int) -> tuple[bytes, bytes]:
+def speed_record(value: dict[str, Any], version: int) -> tuple[bytes, bytes]:
     return b"key-" + json.dumps(sorted(value.items())[:3]).encode(), json.dumps(
-        {**value, "batch_id": batch_id}
+        {**value, "version": version}
     ).encode()
 
 
@@ -184,12 +184,12 @@ def fill_speed(tables: SpeedTables) -> None:
         "exit_time": "2026-01-06T08:05:00.000Z", "duration_seconds": 300.0,
     }, 3)])  # fmt: skip
     # a trip's candidates, one per exit, in three polls: the earliest exit wins
-    for exit_time, batch_id in (("09:20", 4), ("09:10", 5), ("09:30", 6)):
+    for exit_time, version in (("09:20", 4), ("09:10", 5), ("09:30", 6)):
         tables.apply("vehicle_trips", [speed_record({
             "booth_id": "b4", "license_plate": "P7", "entry_time": "2026-01-06T09:00:00.000Z",
             "exit_time": f"2026-01-06T{exit_time}:00.000Z",
             "duration_seconds": 60.0 * (int(exit_time[-2:])),
-        }, batch_id)])  # fmt: skip
+        }, version)])  # fmt: skip
     # registration candidates: P8's only one has expired (an alert); P9's latest has not
     # (the alert its older one raised is withdrawn), whichever arrives first
     tables.apply("expired_registrations", [

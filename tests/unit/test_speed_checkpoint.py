@@ -12,12 +12,16 @@ import pytest
 from shared.platform.topic_ids import TopicsRecreatedError, recreated
 from shared.settings import Settings
 from speed_layer.checkpoint import (
+    ROCKSDB_PROVIDER,
+    STATE_LAYOUT,
+    STATE_LAYOUT_FILE,
     CheckpointError,
     checkpoint_dir,
     checkpoint_started,
     claim_checkpoint,
     claim_input_topics,
     claim_speed_store,
+    claim_state_store,
 )
 
 
@@ -174,3 +178,21 @@ def test_an_unreadable_record_of_topic_ids_is_named(tmp_path: Path, text: str) -
     recorded.write_text(text)
     with pytest.raises(CheckpointError, match=rf"^cannot read {recorded} \("):
         claim_input_topics(checkpoint_dir(settings), {"toll.entries": ENTRIES_ID})
+
+
+def test_a_checkpoint_of_the_layout_before_is_refused_naming_the_reset(tmp_path: Path) -> None:
+    folder = checkpoint_dir(Settings(state_dir=tmp_path))
+    folder.mkdir(parents=True)
+    (folder / STATE_LAYOUT_FILE).write_text("booth lane, plate lane\n")  # two operators
+    with pytest.raises(CheckpointError) as refused:
+        claim_state_store(folder, ROCKSDB_PROVIDER)
+    assert "keeps its state as booth lane, plate lane" in str(refused.value)
+    assert f"now keeps it as {STATE_LAYOUT}" in str(refused.value)
+    assert "lambdaline speed reset" in str(refused.value)
+
+
+def test_a_new_checkpoint_records_the_layout_and_goes_on_under_it(tmp_path: Path) -> None:
+    folder = checkpoint_dir(Settings(state_dir=tmp_path))
+    claim_state_store(folder, ROCKSDB_PROVIDER)
+    assert (folder / STATE_LAYOUT_FILE).read_text() == STATE_LAYOUT + "\n"
+    claim_state_store(folder, ROCKSDB_PROVIDER)  # the next start of it

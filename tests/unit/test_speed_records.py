@@ -26,7 +26,7 @@ def compilations(spark: SparkSession) -> int:
     return int(metrics.METRIC_COMPILATION_TIME().getCount())
 
 
-def test_a_candidate_record_is_keyed_by_the_view_key_and_its_rank_with_the_batch_id_an_integer(
+def test_a_candidate_record_is_keyed_by_the_view_key_and_its_rank_with_its_version_an_integer(
     spark: SparkSession,
 ) -> None:
     [record] = speed_records(VEHICLE_TRIPS, trips(spark), 7).collect()
@@ -44,18 +44,18 @@ def test_a_candidate_record_is_keyed_by_the_view_key_and_its_rank_with_the_batch
         "entry_time": "2026-01-05T06:00:00.000Z",
         "exit_time": "2026-01-05T06:12:00.000Z",
         "duration_seconds": Decimal("720.0"),
-        "batch_id": 7,
+        "version": 7,
     }
-    assert type(value["batch_id"]) is int  # 7, not 7.0 or "7"
-    assert '"batch_id":7}' in record.value
+    assert type(value["version"]) is int  # 7, not 7.0 or "7"
+    assert '"version":7}' in record.value
 
 
-def test_a_new_batch_id_compiles_no_new_class(spark: SparkSession) -> None:
+def test_a_new_micro_batch_id_as_version_compiles_no_new_class(spark: SparkSession) -> None:
     rows = trips(spark)
     speed_records(VEHICLE_TRIPS, rows, 1).collect()  # compiles what the plan needs
     before = compilations(spark)
 
     [record] = speed_records(VEHICLE_TRIPS, rows, 2).collect()
 
-    assert json.loads(record.value)["batch_id"] == 2
+    assert json.loads(record.value)["version"] == 2
     assert compilations(spark) == before

@@ -12,12 +12,12 @@ import pytest
 from shared.platform.speed_tables import BadSpeedRecordError, SpeedTables
 
 
-def record(window: str, count: int, toll: str, batch_id: int) -> tuple[bytes, bytes]:
+def record(window: str, count: int, toll: str, version: int) -> tuple[bytes, bytes]:
     value: dict[str, Any] = {
         "booth_id": "b1", "window_start": window, "window_end": "2026-01-05T06:05:00.000Z",
         "vehicle_count": count, "total_toll": toll,
         "first_entry_time": "2026-01-05T06:00:01.000Z",
-        "last_entry_time": "2026-01-05T06:04:00.000Z", "batch_id": batch_id,
+        "last_entry_time": "2026-01-05T06:04:00.000Z", "version": version,
     }  # fmt: skip
     return f"b1|{window}".encode(), json.dumps(value).encode()
 
@@ -26,7 +26,7 @@ def rows(tables: SpeedTables) -> list[tuple[Any, ...]]:
     cursor = tables.cursor()
     try:
         return cursor.execute(
-            "SELECT window_start, vehicle_count, total_toll, batch_id FROM booth_stats "
+            "SELECT window_start, vehicle_count, total_toll, version FROM booth_stats "
             "ORDER BY window_start"
         ).fetchall()
     finally:
@@ -56,14 +56,14 @@ def test_an_equal_batch_replaces_and_a_newer_one_after_an_older_poll_wins() -> N
 
 
 def registration(
-    entry: str, recorded: str, registration_id: str, expired: bool, batch_id: int
+    entry: str, recorded: str, registration_id: str, expired: bool, version: int
 ) -> tuple[bytes, bytes]:
     """An expired_registrations candidate of plate P1's entry at b1 on 2026-01-05."""
     value: dict[str, Any] = {
         "booth_id": "b1", "license_plate": "P1", "entry_time": f"2026-01-05T{entry}:00.000Z",
         "registration_id": registration_id, "registration_time": f"{recorded}T00:00:00.000Z",
         "registration_event_id": registration_id.lower(), "expired": expired,
-        "batch_id": batch_id,
+        "version": version,
     }  # fmt: skip
     return f"{entry}|{registration_id}".encode(), json.dumps(value).encode()
 
@@ -97,11 +97,11 @@ def test_the_latest_registration_at_entry_decides_whatever_order_or_batch_it_com
     assert shown_alerts(tables) == [(datetime(2026, 1, 5, 11), "R4")]
 
 
-def trip(exit_at: str, batch_id: int) -> tuple[bytes, bytes]:
+def trip(exit_at: str, version: int) -> tuple[bytes, bytes]:
     value = {
         "booth_id": "b1", "license_plate": "P1", "entry_time": "2026-01-05T10:00:00.000Z",
         "exit_time": f"2026-01-05T{exit_at}:00.000Z", "duration_seconds": 60.0,
-        "batch_id": batch_id,
+        "version": version,
     }  # fmt: skip
     return exit_at.encode(), json.dumps(value).encode()
 
@@ -113,7 +113,7 @@ def test_the_earliest_exit_ends_a_trip_whatever_order_or_batch_it_comes_in() -> 
     tables.apply("vehicle_trips", [trip("10:25", 7)])
     cursor = tables.cursor()
     try:
-        held = cursor.execute("SELECT exit_time, batch_id FROM vehicle_trips").fetchall()
+        held = cursor.execute("SELECT exit_time, version FROM vehicle_trips").fetchall()
     finally:
         cursor.close()
     assert held == [(datetime(2026, 1, 5, 10, 20), 1)]
@@ -128,14 +128,14 @@ def test_prune_deletes_the_rows_before_the_bound_in_every_view() -> None:
     ])  # fmt: skip
     trip = {
         "booth_id": "b1", "license_plate": "P1", "entry_time": "2026-01-06T08:00:00.000Z",
-        "exit_time": "2026-01-07T08:05:00.000Z", "duration_seconds": 300.0, "batch_id": 1,
+        "exit_time": "2026-01-07T08:05:00.000Z", "duration_seconds": 300.0, "version": 1,
     }  # fmt: skip
     tables.apply("vehicle_trips", [(b"t1", json.dumps(trip).encode())])
     # a visit is pruned by its end: the one that began before the bound and ends after
     # it is still served
     visits = [
         {"license_plate": "P1", "session_start": start, "session_end": end, "entry_count": 1,
-         "booths": ["b1"], "total_toll": 1.0, "batch_id": 1}
+         "booths": ["b1"], "total_toll": 1.0, "version": 1}
         for start, end in (("2026-01-06T22:00:00.000Z", "2026-01-06T22:30:00.000Z"),
                            ("2026-01-06T23:50:00.000Z", "2026-01-07T00:20:00.000Z"))
     ]  # fmt: skip
@@ -179,7 +179,7 @@ def test_records_that_are_not_rows_are_skipped_with_a_reason_and_the_rest_applie
         (b"k9", with_field("booth_id", None)),
         (b"k10", b"[1, 2]"),
         (None, good[1]),
-        (b"k12", with_field("batch_id", "7")),
+        (b"k12", with_field("version", "7")),
         (b"k13", with_field("total_toll", 10**16)),  # DECIMAL(18,2) holds 16 integer digits
         (b"k14", with_field("vehicle_count", 2**63)),
     ]
@@ -198,7 +198,7 @@ def test_records_that_are_not_rows_are_skipped_with_a_reason_and_the_rest_applie
         6: "vehicle_count is 2.5, not a BIGINT", 7: 'window_start is "yesterday", not a TIMESTAMP',
         8: 'total_toll is "NaN", not a DECIMAL(18,2)', 9: "booth_id is null, not a VARCHAR",
         10: "the value is list, not a JSON object", 11: "no key",
-        12: 'batch_id is "7", not a BIGINT', 13: "total_toll is 10000000000000000, not a DECIMAL",
+        12: 'version is "7", not a BIGINT', 13: "total_toll is 10000000000000000, not a DECIMAL",
         14: "vehicle_count is 9223372036854775808, not a BIGINT",
     }  # fmt: skip
     for position, words in expected.items():

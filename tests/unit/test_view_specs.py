@@ -63,7 +63,7 @@ def test_both_stores_keep_rows_in_the_view_key_order() -> None:
     assert table.key == ("booth_id", "window_start")
     assert table.date_column == "window_start"
     assert _speed_ddl(WITH_MAX_TOLL).endswith(
-        '"max_toll" DECIMAL(18,2) NOT NULL, "batch_id" BIGINT NOT NULL, '
+        '"max_toll" DECIMAL(18,2) NOT NULL, "version" BIGINT NOT NULL, '
         'PRIMARY KEY ("booth_id", "window_start"))'
     )
 
@@ -89,7 +89,7 @@ def test_the_speed_record_carries_the_new_column_keyed_by_the_view_key(
         "first_entry_time": "2026-01-05T06:01:00.000Z",
         "last_entry_time": "2026-01-05T06:04:00.000Z",
         "max_toll": Decimal("2.25"),
-        "batch_id": 7,
+        "version": 7,
     }
 
 

@@ -126,7 +126,7 @@ VIEW = View(
     ),
     reference_sql=reference_sql,
     # counted from the entries the lookups decided, which wait for the watermark or max_trip
-    speed=SpeedPlan(Lane.DERIVED, fresh=False),
+    speed=SpeedPlan(Lane.DERIVED),
     reads={
         "toll_entry": ENTRY_COLUMNS,
         "toll_exit": ("booth_id", "license_plate", "exit_time"),

@@ -90,7 +90,7 @@ def registration_candidates(
     ``registration_event_id`` and ``expired`` (all null for an entry that no
     registration applies to). These are the view's candidates (its spec's hidden
     columns): the speed layer writes one when a registration outranks an entry's
-    best so far (``speed_layer.lookups``).
+    best so far (``speed_layer.operator``).
     """
     entry = entries.select(*ENTRY_COLUMNS).alias("entry")
     registration = registrations.select(*REGISTRATION_COLUMNS).alias("registration")
@@ -175,7 +175,7 @@ VIEW = View(
         SELECT booth_id, license_plate, entry_time, registration_id FROM at_entry WHERE expired
     """
     ),
-    speed=SpeedPlan(Lane.LOOKUPS, output_mode="append", fresh=False),
+    speed=SpeedPlan(Lane.PLATES),
     reads={
         "toll_entry": ENTRY_COLUMNS,
         "vehicle_registration": REGISTRATION_COLUMNS,

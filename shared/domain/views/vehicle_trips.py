@@ -143,7 +143,7 @@ VIEW = View(
         shared_trip_matches(inputs, sizes).where(F.col("exit_time").isNotNull())
     ),
     reference_sql=reference_sql,
-    speed=SpeedPlan(Lane.LOOKUPS, output_mode="append", fresh=False),
+    speed=SpeedPlan(Lane.PLATES),
     reads={
         "toll_entry": ("event_id", "booth_id", "license_plate", "entry_time"),
         "toll_exit": ("booth_id", "license_plate", "exit_time"),

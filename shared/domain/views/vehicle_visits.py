@@ -99,10 +99,9 @@ VIEW = View(
     spec=SPEC,
     compute=lambda inputs, sizes: vehicle_visits(inputs.spanning, sizes[SESSION_GAP.name]),
     reference_sql=reference_sql,
-    # append: a visit is written once, when the watermark passes its end (last entry +
-    # gap) and no entry can still extend it; a session window is decided on the
-    # entries' watermark alone (the lookups' waits for exits too)
-    speed=SpeedPlan(Lane.OWN_QUERY, output_mode="append", fresh=False),
+    # a visit is written once, when the watermark passes its end (last entry + gap)
+    # and no entry can still extend it
+    speed=SpeedPlan(Lane.PLATES),
     reads={"toll_entry": ("event_id", "booth_id", "license_plate", "entry_time", "toll")},
     sizes=(SESSION_GAP,),
     spanning=True,

@@ -42,12 +42,13 @@ class Lane(StrEnum):
     """Which part of the speed job computes a view."""
 
     BOOTHS = "booths"
-    """The per-booth operator (``speed_layer.booths``): tumbling and hopping counts of
-    entries from one state, for the views whose rows it makes (its ``kind``)."""
-    LOOKUPS = "lookups"
-    """The per-plate operator (``speed_layer.lookups``): trip and registration candidates."""
+    """The speed operator's roll-up per booth (``speed_layer.operator``): tumbling and
+    hopping counts of entries from one state, for the views whose rows it makes."""
+    PLATES = "plates"
+    """The speed operator's part per plate (``speed_layer.operator``): an entry's best
+    matches (trip and registration candidates) and the plate's sessions."""
     DERIVED = "derived"
-    """Counted from the lookups' internal topic (``speed_layer.lookups.diagnostic_counts``)."""
+    """Counted from the operator's internal topic (``speed_layer.operator.diagnostic_counts``)."""
     OWN_QUERY = "own_query"
     """A query of its own: the view's function over the watermarked, deduplicated entries
     stream. A view added to the registry usually runs here."""
@@ -61,9 +62,6 @@ class SpeedPlan:
     output_mode: str = "update"
     """Spark's output mode for an own query: ``update`` rewrites a row as it changes,
     ``append`` writes it once the watermark closes it."""
-    fresh: bool = True
-    """Triggered every ``speed_trigger`` in the fresh scheduler pool; else every
-    ``speed_lookup_trigger`` with the lookups."""
 
 
 @dataclass(frozen=True)
