@@ -31,7 +31,7 @@ def record(n: int, batch_id: int, keys: int) -> tuple[bytes, bytes]:
         "booth_id": f"b{n % 10}", "window_start": instant(start),
         "window_end": instant(start + timedelta(minutes=5)), "vehicle_count": n,
         "total_toll": 2.5, "first_entry_time": instant(start), "last_entry_time": instant(start),
-        "batch_id": batch_id,
+        "version": batch_id,
     }  # fmt: skip
     return f"b{n % 10}|{start.isoformat()}".encode(), json.dumps(value).encode()
 

@@ -66,6 +66,8 @@ END_OFFSETS_EVERY_S = 5.0
 """How often the end offsets are asked for: the lag's age, and how soon a lost broker shows."""
 INPUT_ENDS_EVERY_S = 0.1
 """How often, at most, end offsets are asked for to settle the progress reports read."""
+POLL_MS, POLL_RECORDS = 200, 5000
+"""A poll's wait for records, and the most it takes."""
 REJECTIONS_LOGGED = 20
 """Records skipped as not rows of their view that are logged one by one; the rest are counted."""
 
@@ -200,8 +202,13 @@ class SpeedConsumer:
                         self._note_positions(consumer, partitions)
                         self._ends = ends
                     asked = time.monotonic()
-                batches = consumer.poll(timeout_ms=200, max_records=5000)
-                for partition, records in batches.items():
+                batches = consumer.poll(timeout_ms=POLL_MS, max_records=POLL_RECORDS)
+                # one upsert per topic and poll, whatever its partitions: a statement's
+                # fixed cost (milliseconds) is most of what a few records cost
+                by_topic: dict[str, list[ConsumerRecord]] = {}
+                for partition in sorted(batches, key=lambda p: (p.topic, p.partition)):
+                    by_topic.setdefault(partition.topic, []).extend(batches[partition])
+                for records in by_topic.values():
                     reports = apply_polled(
                         self.tables, self.views_by_topic, records, self._rejected,
                         self._changed if self.hub is not None else None,
@@ -210,6 +217,7 @@ class SpeedConsumer:
                         self.input_progress.reported(
                             str(report["query"]), report.get("source_end_offsets")
                         )
+                for partition, records in batches.items():
                     self._positions[partition] = records[-1].offset + 1
                     self.records_read += len(records)
                 if not self.caught_up.is_set():

@@ -71,9 +71,12 @@ SPEED_SPARK_CONF: dict[str, str] = {
     # snapshot of the whole store; snapshots are made in the background
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
     # one bound for the memory of every RocksDB instance of the JVM (block cache
-    # and memtables), off the heap: the process's RSS stays within heap + this
+    # and memtables), off the heap: the process's RSS stays within heap + this. The
+    # plates' state at 2,000 events/s (582,000 plates, an hour of entries) is ~0.9 GB
+    # in memory: with 256 MB a get missed the cache (and read and unpacked an index
+    # block) most of the time, ~170 us a get against ~5 (benchmarks/plate_replay.py)
     "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": "true",
-    "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": "256",
+    "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": "2048",
     # queries on few task slots: with Spark's default (FIFO) a micro-batch of the
     # operator waits for every task of another query's micro-batch submitted
     # before it; with fair pools it gets the next free slot

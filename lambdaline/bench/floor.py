@@ -48,6 +48,8 @@ def run_floor(settings: Settings) -> None:
     try:
         parsed = (
             kafka_stream(spark, settings.kafka, settings.topics.inputs())
+            # at the soak's rate from now on, not through the backlog the soak left
+            .option("startingOffsets", "latest")
             .load()
             .select("topic", F.from_json(F.col("value").cast("string"), EVENT_TIMES).alias("e"))
             .select(

@@ -15,6 +15,7 @@ FRESHNESS_LABELS = {
     "booth_stats": "booth_stats (from the entry)",
     "vehicle_trips": "trip (from the exit)",
     "expired_registrations": "alert (from the entry)",
+    "vehicle_visits": "visit (from its end + the watermark delay)",
 }
 """What each view's freshness is timed from (``lambdaline.bench.freshness``)."""
 

@@ -183,6 +183,17 @@ def soak_table(results: dict[str, Any]) -> list[str]:
         )
     if results.get("speed_records_per_event") is not None:
         lines.append(_row("speed records written per event", results["speed_records_per_event"]))
+    for label, found in results.get("profiles", {}).items():
+        if "cpu_s_by_thread_group" not in found:
+            lines.append(_row(f"profile {label}", found.get("error", "none")))
+            continue
+        groups = ", ".join(
+            f"{group} {seconds / found['seconds']:.2f}"
+            for group, seconds in list(found["cpu_s_by_thread_group"].items())[:6]
+        )
+        lines.append(
+            _row(f"profile {label}: cores by thread", f"{found['cores']} in all: {groups}")
+        )
     for query, figures in results.get("microbatches", {}).items():
         seconds = figures["seconds"]
         slowest = sorted(figures.get("phases_mean_s", {}).items(), key=lambda kv: -kv[1])[:3]

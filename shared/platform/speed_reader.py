@@ -38,9 +38,9 @@ def apply_polled(
     rejected: Rejected | None = None,
     changed: Changed | None = None,
 ) -> list[dict[str, Any]]:
-    """Apply one partition's polled records: rows of a ``speed.<view>`` topic (a topic of
-    ``views_by_topic``), else progress reports. Returns the progress reports read;
-    ``changed`` is told the rows that changed."""
+    """Apply polled records of one topic (of one or more of its partitions): rows of a
+    ``speed.<view>`` topic (a topic of ``views_by_topic``), else progress reports.
+    Returns the progress reports read; ``changed`` is told the rows that changed."""
     if not records:
         return []
     view = views_by_topic.get(records[0].topic)

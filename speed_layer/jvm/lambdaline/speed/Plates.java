@@ -9,7 +9,7 @@ import java.util.Set;
 import org.apache.spark.sql.Encoders;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
-import org.apache.spark.sql.streaming.ListState;
+import org.apache.spark.sql.streaming.ValueState;
 import org.apache.spark.sql.streaming.MapState;
 import org.apache.spark.sql.streaming.StatefulProcessorHandle;
 import org.apache.spark.sql.streaming.TTLConfig;
@@ -33,8 +33,9 @@ import scala.jdk.javaapi.CollectionConverters;
  *   <li>{@code plate_rights_<i>}: per match, the events an entry still to come (after W) can
  *       match: an exit until W passes it, a registration until it can no longer apply (400
  *       days), and of those at or before W + the interval's end only the best where the
- *       greatest wins (it outranks the others for any later entry). An exit is appended, with
- *       no read.
+ *       greatest wins (it outranks the others for any later entry): a few per plate, one
+ *       value. (A list state would keep a count of its elements beside them, a read and a
+ *       write more per append.)
  * </ul>
  *
  * <p>Timers, each registered when its deadline is made and not moved: an entry's at entry + the
@@ -50,6 +51,9 @@ import scala.jdk.javaapi.CollectionConverters;
  * after that changes nothing (an entry arriving with W already past is matched once, at once).
  */
 final class Plates {
+  static final StructType RIGHTS =
+      new StructType().add("held", DataTypes.createArrayType(Right.SCHEMA, false));
+
   static final StructType LEFT =
       new StructType()
           .add("time", DataTypes.LongType, false)
@@ -63,7 +67,7 @@ final class Plates {
   private final long longestMs;
   private final StatefulProcessorHandle handle;
   private final MapState<String, Row> entries;
-  private final List<ListState<Row>> rights = new ArrayList<>();
+  private final List<ValueState<Row>> rights = new ArrayList<>();
   private final Sessions sessions;
   private Input.Columns columns;
 
@@ -75,8 +79,7 @@ final class Plates {
       OperatorConfig.Match match = matches.get(i);
       orders.add(Right.order(match.order()));
       longest = Math.max(longest, match.toMs());
-      rights.add(
-          handle.getListState("plate_rights_" + i, Encoders.row(Right.SCHEMA), TTLConfig.NONE()));
+      rights.add(handle.getValueState("plate_rights_" + i, Encoders.row(RIGHTS), TTLConfig.NONE()));
     }
     this.longestMs = matches.isEmpty() ? 0 : longest;
     this.entries =
@@ -216,7 +219,7 @@ final class Plates {
     // new entries against every match event the plate holds, and the new ones
     List<List<Right>> stored = new ArrayList<>();
     for (int i = 0; i < matches.size(); i++) {
-      boolean needed = !newLefts.isEmpty() || (matches.get(i).latest() && !newRights.get(i).isEmpty());
+      boolean needed = !newLefts.isEmpty() || !newRights.get(i).isEmpty();
       stored.add(needed ? read(rights.get(i)) : List.of());
     }
     for (int n = 0; n < newLefts.size(); n++) {
@@ -249,19 +252,14 @@ final class Plates {
           useful.add(right);
         }
       }
-      List<Right> added = useful;
-      if (match.latest()) {
-        List<Right> all = new ArrayList<>(stored.get(i));
-        all.addAll(useful);
-        List<Right> kept = kept(all, i, watermark);
-        if (!kept.equals(stored.get(i))) {
-          write(rights.get(i), kept);
-        }
-        added = new ArrayList<>(kept);
-        added.removeAll(stored.get(i));
-      } else if (!useful.isEmpty()) {
-        rights.get(i).appendList(toRows(useful));
+      List<Right> all = new ArrayList<>(stored.get(i));
+      all.addAll(useful);
+      List<Right> kept = kept(all, i, watermark);
+      if (!kept.equals(stored.get(i))) {
+        write(rights.get(i), kept);
       }
+      List<Right> added = new ArrayList<>(kept);
+      added.removeAll(stored.get(i));
       for (Right right : added) {
         long end = uselessAt(right, match);
         // swept by an entry's timer if one of the plate's outlives it, else by its own
@@ -425,27 +423,26 @@ final class Plates {
     return -match.fromMs() <= longestMs;
   }
 
-  private static List<Right> read(ListState<Row> state) {
+  private static List<Right> read(ValueState<Row> state) {
+    Row row = state.get();
     List<Right> held = new ArrayList<>();
-    for (scala.collection.Iterator<Row> rows = state.get(); rows.hasNext(); ) {
-      held.add(Right.of(rows.next()));
+    if (row != null) {
+      for (Row right : row.<Row>getList(0)) {
+        held.add(Right.of(right));
+      }
     }
     return held;
   }
 
-  private static void write(ListState<Row> state, List<Right> kept) {
+  private static void write(ValueState<Row> state, List<Right> kept) {
     if (kept.isEmpty()) {
       state.clear();
     } else {
-      state.put(toRows(kept));
+      List<Row> rows = new ArrayList<>(kept.size());
+      for (Right right : kept) {
+        rows.add(right.toRow());
+      }
+      state.update(RowFactory.create(CollectionConverters.asScala(rows).toSeq()));
     }
-  }
-
-  private static Row[] toRows(List<Right> rights) {
-    Row[] rows = new Row[rights.size()];
-    for (int i = 0; i < rows.length; i++) {
-      rows[i] = rights.get(i).toRow();
-    }
-    return rows;
   }
 }

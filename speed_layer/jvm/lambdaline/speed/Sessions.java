@@ -7,7 +7,6 @@ import java.util.List;
 import org.apache.spark.sql.Encoders;
 import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
-import org.apache.spark.sql.streaming.ListState;
 import org.apache.spark.sql.streaming.StatefulProcessorHandle;
 import org.apache.spark.sql.streaming.TTLConfig;
 import org.apache.spark.sql.streaming.ValueState;
@@ -22,10 +21,11 @@ import scala.jdk.javaapi.CollectionConverters;
  * one). A session is written once, when the watermark W passes its end (its last entry + gap):
  * no entry can extend it then. Its booths are its entries' in entry order (ties by event id).
  *
- * <p>State: {@code plate_sessions}, the plate's open sessions (bounds, count, toll) and its one
- * pending timer; {@code plate_session_entries}, their entries, appended as they come and read
- * only when a session closes. The timer is registered at the earliest open session's end; when
- * it fires and the session has grown since, it is registered again at the new end.
+ * <p>State: {@code plate_sessions}, one value per plate: its open sessions (bounds, count,
+ * toll), their entries, and its one pending timer. (Appending the entries to a list state
+ * instead would cost a read and a write more per entry: Spark keeps a count beside each list.)
+ * The timer is registered at the earliest open session's end; when it fires and the session
+ * has grown since, it is registered again at the new end.
  */
 final class Sessions {
   private static final StructType OPEN =
@@ -35,16 +35,17 @@ final class Sessions {
           .add("count", DataTypes.LongType, false)
           .add("cents", DataTypes.LongType, false);
 
-  static final StructType STATE =
-      new StructType()
-          .add("open", DataTypes.createArrayType(OPEN, false))
-          .add("timer_ms", DataTypes.LongType);
-
   static final StructType ENTRY =
       new StructType()
           .add("time", DataTypes.LongType, false)
           .add("event_id", DataTypes.StringType)
           .add("booth_id", DataTypes.StringType);
+
+  static final StructType STATE =
+      new StructType()
+          .add("open", DataTypes.createArrayType(OPEN, false))
+          .add("entries", DataTypes.createArrayType(ENTRY, false))
+          .add("timer_ms", DataTypes.LongType);
 
   /** An entry of a session. */
   record Entry(long time, String eventId, String booth, long cents) {
@@ -65,20 +66,18 @@ final class Sessions {
   private final OperatorConfig.Sessions config;
   private final StatefulProcessorHandle handle;
   private final ValueState<Row> state;
-  private final ListState<Row> held;
 
   Sessions(OperatorConfig.Sessions config, StatefulProcessorHandle handle) {
     this.config = config;
     this.handle = handle;
     this.state = handle.getValueState("plate_sessions", Encoders.row(STATE), TTLConfig.NONE());
-    this.held =
-        handle.getListState("plate_session_entries", Encoders.row(ENTRY), TTLConfig.NONE());
   }
 
   void onEntries(String plate, List<Entry> arrived, long watermark, long version, List<Row> out) {
     Row row = state.get();
     List<Open> open = row == null ? new ArrayList<>() : open(row);
-    Long timer = row == null || row.isNullAt(1) ? null : row.getLong(1);
+    List<Row> entries = row == null ? new ArrayList<>() : new ArrayList<>(row.<Row>getList(1));
+    Long timer = row == null || row.isNullAt(2) ? null : row.getLong(2);
     long gap = config.gapMs();
     for (Entry entry : arrived) {
       Open joined = new Open();
@@ -100,23 +99,18 @@ final class Sessions {
       }
       kept.add(joined);
       open = kept;
+      entries.add(RowFactory.create(entry.time(), entry.eventId(), entry.booth()));
     }
-    Row[] rows = new Row[arrived.size()];
-    for (int i = 0; i < rows.length; i++) {
-      Entry entry = arrived.get(i);
-      rows[i] = RowFactory.create(entry.time(), entry.eventId(), entry.booth());
-    }
-    held.appendList(rows);
     if (timer == null) {
       timer = earliestEnd(open);
       handle.registerTimer(timer);
     }
-    state.update(toRow(open, timer));
+    state.update(toRow(open, entries, timer));
   }
 
   void onTimer(String plate, long firedMs, long watermark, long version, List<Row> out) {
     Row row = state.get();
-    if (row == null || row.isNullAt(1) || row.getLong(1) > watermark) {
+    if (row == null || row.isNullAt(2) || row.getLong(2) > watermark) {
       return; // its own timer is still to come
     }
     List<Open> open = open(row);
@@ -126,25 +120,13 @@ final class Sessions {
     for (Open session : open) {
       (session.last + gap <= watermark ? closing : still).add(session);
     }
+    List<Entry> entries = new ArrayList<>();
+    for (Row e : row.<Row>getList(1)) {
+      entries.add(new Entry(e.getLong(0), e.getString(1), e.getString(2), 0));
+    }
+    List<Row> remaining = new ArrayList<>();
     if (!closing.isEmpty()) {
-      List<Entry> entries = new ArrayList<>();
-      for (scala.collection.Iterator<Row> rows = held.get(); rows.hasNext(); ) {
-        Row e = rows.next();
-        entries.add(new Entry(e.getLong(0), e.getString(1), e.getString(2), 0));
-      }
       entries.sort(Entry.ORDER);
-      List<Row> remaining = new ArrayList<>();
-      for (Entry entry : entries) {
-        Open of = null;
-        for (Open session : closing) {
-          if (session.start <= entry.time() && entry.time() <= session.last) {
-            of = session;
-          }
-        }
-        if (of == null) {
-          remaining.add(RowFactory.create(entry.time(), entry.eventId(), entry.booth()));
-        }
-      }
       for (Open session : closing) {
         List<String> booths = new ArrayList<>();
         for (Entry entry : entries) {
@@ -157,10 +139,14 @@ final class Sessions {
                 config.view(), plate, session.start, session.last + gap, session.count,
                 session.cents, booths, version));
       }
-      if (remaining.isEmpty()) {
-        held.clear();
-      } else {
-        held.put(remaining.toArray(new Row[0]));
+    }
+    for (Entry entry : entries) {
+      boolean closed = false;
+      for (Open session : closing) {
+        closed |= session.start <= entry.time() && entry.time() <= session.last;
+      }
+      if (!closed) {
+        remaining.add(RowFactory.create(entry.time(), entry.eventId(), entry.booth()));
       }
     }
     if (still.isEmpty()) {
@@ -171,7 +157,7 @@ final class Sessions {
     if (next != firedMs) {
       handle.registerTimer(next);
     }
-    state.update(toRow(still, next));
+    state.update(toRow(still, remaining, next));
   }
 
   private long earliestEnd(List<Open> open) {
@@ -195,11 +181,13 @@ final class Sessions {
     return open;
   }
 
-  private static Row toRow(List<Open> open, Long timer) {
+  private static Row toRow(List<Open> open, List<Row> entries, Long timer) {
     List<Row> rows = new ArrayList<>(open.size());
     for (Open session : open) {
       rows.add(RowFactory.create(session.start, session.last, session.count, session.cents));
     }
-    return RowFactory.create(CollectionConverters.asScala(rows).toSeq(), timer);
+    return RowFactory.create(
+        CollectionConverters.asScala(rows).toSeq(), CollectionConverters.asScala(entries).toSeq(),
+        timer);
   }
 }
