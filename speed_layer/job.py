@@ -63,6 +63,12 @@ view's own query in the other, so that none of theirs holds the operator's back.
 SCHEDULER_POOLS_FILE = Path(__file__).with_name("scheduler_pools.xml")
 """Declares :data:`VIEWS_POOL` and :data:`OTHERS_POOL` (equal weights, FIFO within)."""
 
+JVM_OPTIONS = "-XX:-UseCodeCacheFlushing -XX:ReservedCodeCacheSize=512m"
+"""The speed JVM's: compiled code is kept. With the JVM's default, its sweeper flushed
+the code a micro-batch had run a second before as cold (33,000 methods in 30 s), and
+the JIT compiled it again: 0.6 of a core, half the job's CPU, for as long as the job
+ran (docs/performance.md). A long-running driver's code is a few hundred MB at most."""
+
 SPEED_SPARK_CONF: dict[str, str] = {
     # state off the heap, bounded by the watermark (speed_layer.lookups); a
     # checkpoint keeps the provider it was made with (checkpoint.claim_state_store)
@@ -89,6 +95,8 @@ SPEED_SPARK_CONF: dict[str, str] = {
     # classes: with 100, the decode stage is evicted and compiled again each
     # micro-batch, on the driver and in a task
     "spark.sql.codegen.cache.maxEntries": "2000",
+    "spark.driver.extraJavaOptions": JVM_OPTIONS,
+    "spark.executor.extraJavaOptions": JVM_OPTIONS,
 }
 """The speed job's Spark tuning; measured in docs/performance.md ("The speed
 layer"). The ``spark_conf`` setting overrides any of it."""

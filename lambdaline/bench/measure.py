@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import platform
 import resource
-import statistics
 import subprocess
 import threading
 import time
@@ -146,103 +145,6 @@ def microbatch_span_s(progress: list[dict[str, Any]]) -> float | None:
     if not spans:
         return None
     return (max(end for _, end in spans) - min(began for began, _ in spans)).total_seconds()
-
-
-def _sent(step: dict[str, Any], topic: str = "all") -> int:
-    return int(step["sent_records_per_s"][topic])
-
-
-def kept_up(step: dict[str, Any], lookup_trigger_s: float) -> bool:
-    """After the step's drain pause, booth_stats had less than one second's worth of the
-    entries sent unread, and the lookups less than one lookup trigger's worth of the
-    records sent: the lag did not grow. (An idle step, which sent nothing, never kept up.)"""
-    return bool(
-        step["entries_backlog_at_end"] < _sent(step, "toll.entries")
-        and step["lookups"]["records_backlog_at_end"] < _sent(step) * lookup_trigger_s
-    )
-
-
-def speed_verdict(
-    steps: list[dict[str, Any]], trigger_s: float, lookup_trigger_s: float
-) -> dict[str, dict[str, int] | None]:
-    """The highest steps the speed job kept up with, from the benchmark's steps.
-
-    A step kept up as :func:`kept_up` says (the lookups query reads every input
-    topic, on its longer trigger). It was sustainable in the issue's strict
-    sense when each query also kept its micro-batch time p99 within its trigger.
-    Each verdict names the step (the rate it offered) and the records per second
-    it actually sent, which the generator keeps below the offered rate;
-    ``None``: no step did.
-    """
-
-    def within_triggers(step: dict[str, Any]) -> bool:
-        return bool(
-            step["microbatch_s"]["p99"] <= trigger_s
-            and step["lookups"]["microbatch_s"]["p99"] <= lookup_trigger_s
-        )
-
-    def highest(candidates: list[dict[str, Any]]) -> dict[str, int] | None:
-        if not candidates:
-            return None
-        top = max(candidates, key=_sent)
-        return {
-            "offered_records_per_s": top["offered_records_per_s"],
-            "sent_records_per_s": _sent(top),
-        }
-
-    keeping_up = [step for step in steps if kept_up(step, lookup_trigger_s)]
-    return {
-        "kept_up": highest(keeping_up),
-        "sustainable": highest([step for step in keeping_up if within_triggers(step)]),
-    }
-
-
-SPEED_PARTS: dict[str, tuple[str, ...]] = {
-    "speed_job": ("spark_jvm", "python_workers", "speed_driver"),
-    "broker": ("broker",),
-    "generator": ("generator",),
-}
-"""The speed benchmark's CPU roles, grouped into the parts of a run."""
-
-
-def speed_cpu_model(
-    steps: list[dict[str, Any]], lookup_trigger_s: float, target_records_per_s: int
-) -> dict[str, Any] | None:
-    """Each part's cores as a fixed cost while data flows plus a cost per record sent,
-    fitted over the steps the job kept up with, and what a target rate would need.
-
-    A least-squares line (``statistics.linear_regression``) through (records/s
-    sent, cores) per part (the speed job, the broker, the generator), over the
-    steps after the first that the job kept up with (:func:`kept_up`: all it
-    was sent, it processed). The first step is
-    left out: it pays the JIT's warm-up. The line's intercept is what the part
-    pays whatever the rate once data flows (for the speed job: planning, state
-    commits and progress of every micro-batch its triggers start), its slope the
-    CPU milliseconds per record. (With no input at all Spark starts no
-    micro-batch: the idle job costs next to nothing, so that is not the fixed
-    cost.) The cores needed at ``target_records_per_s``: the intercepts plus the
-    target times the slopes. A linear model read off a few steps on a noisy VM: a
-    rough scale, and state that grows with the input (the lookups' joins) makes
-    records cost more at higher rates. None with fewer than two such steps.
-    """
-    busy = [step for step in steps[1:] if kept_up(step, lookup_trigger_s)]
-    rates = [float(_sent(step)) for step in busy]
-    if len(set(rates)) < 2:
-        return None
-    fixed, per_record_ms = {}, {}
-    for part, roles in SPEED_PARTS.items():
-        used = [sum(float(step["cpu_cores"][role]) for role in roles) for step in busy]
-        slope, intercept = statistics.linear_regression(rates, used)
-        fixed[part] = intercept
-        per_record_ms[part] = slope * 1000
-    needed = sum(fixed.values()) + sum(per_record_ms.values()) * target_records_per_s / 1000
-    return {
-        "from_steps_sent_records_per_s": [int(rate) for rate in rates],
-        "fixed_cores": {part: round(cores, 2) for part, cores in fixed.items()},
-        "cpu_ms_per_record": {part: round(ms, 3) for part, ms in per_record_ms.items()},
-        "target_records_per_s": target_records_per_s,
-        "cores_needed_at_target": round(needed, 1),
-    }
 
 
 def machine() -> dict[str, Any]:

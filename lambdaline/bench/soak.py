@@ -74,9 +74,11 @@ from shared.platform.kafka_admin import kafka_consumer, kafka_producer, offset_b
 from shared.platform.kafka_security import security_environment
 from shared.platform.topic_admin import TopicSpec, create_topics
 from shared.settings import Settings
+from speed_layer.job import SPEED_SPARK_CONF
 from speed_layer.operator import VIEWS_QUERY
 
 SAMPLE_S = 10.0
+DRIVER_OPTIONS = "spark.driver.extraJavaOptions"
 MICRO_BATCH_FIELDS = ("batch_id", "batch_duration_ms", "phases_ms", "num_input_rows")
 """What a sample keeps of each query's latest progress report besides its state."""
 RECORDS_PER_ENTRY = 2.06
@@ -268,12 +270,11 @@ class Soak:
         self.settings, self.options, self.folder, self.console = settings, options, folder, console
         self.api_key = secrets.token_urlsafe(12)
         self.gc_log = folder / "gc-speed.log"
-        # the user's Spark conf, with the GC log added to any driver JVM options it has
+        # the user's Spark conf, with the GC log added to the driver JVM's options (the
+        # user's, else the speed job's own)
         spark_conf = dict(settings.spark.conf)
-        java_options = spark_conf.get("spark.driver.extraJavaOptions", "")
-        spark_conf["spark.driver.extraJavaOptions"] = (
-            f"{java_options} -Xlog:gc:file={self.gc_log}:uptime".strip()
-        )
+        java_options = spark_conf.get(DRIVER_OPTIONS, SPEED_SPARK_CONF[DRIVER_OPTIONS])
+        spark_conf[DRIVER_OPTIONS] = f"{java_options} -Xlog:gc:file={self.gc_log}:uptime".strip()
         self.env = {
             **os.environ,
             "LAMBDALINE_STATE_DIR": str(settings.state_dir),

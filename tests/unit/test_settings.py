@@ -31,7 +31,7 @@ def test_defaults_are_those_of_the_design() -> None:
     assert settings.topics.dead_letters == "dead.letters"
     assert settings.serving.api_keys == []
     assert settings.speed.trigger == timedelta(seconds=1)
-    assert settings.speed.lookup_trigger == timedelta(seconds=2)
+    assert settings.speed.max_offsets_per_trigger == 60_000
     assert settings.speed.diagnostics_trigger == timedelta(seconds=10)
 
 
@@ -72,7 +72,12 @@ def test_toml_file_is_read_and_environment_wins(
         ("LAMBDALINE_KAFKA_BOOTSTRAP", "no-port", "LAMBDALINE_KAFKA_BOOTSTRAP"),
         ("LAMBDALINE_KAFKA_PARTITIONS", "0", "LAMBDALINE_KAFKA_PARTITIONS"),
         ("LAMBDALINE_TOPICS__ENTRIES", "bad topic!", "LAMBDALINE_TOPICS__ENTRIES"),
-        ("LAMBDALINE_SPEED_LOOKUP_TRIGGER", "0s", "LAMBDALINE_SPEED_LOOKUP_TRIGGER"),
+        ("LAMBDALINE_SPEED_TRIGGER", "0s", "LAMBDALINE_SPEED_TRIGGER"),
+        (
+            "LAMBDALINE_SPEED_MAX_OFFSETS_PER_TRIGGER",
+            "0",
+            "LAMBDALINE_SPEED_MAX_OFFSETS_PER_TRIGGER",
+        ),
         ("LAMBDALINE_INPUT_RETENTION", "0s", "LAMBDALINE_INPUT_RETENTION"),
         ("LAMBDALINE_KAFKA_START_TIMEOUT", "-90s", "LAMBDALINE_KAFKA_START_TIMEOUT"),
     ],

@@ -72,8 +72,9 @@ class Combine(StrEnum):
     """How the speed records of one view key combine at read time."""
 
     LATEST_MICRO_BATCH = "latest_micro_batch"
-    """The record of the latest micro-batch is the row: a replayed micro-batch writes
-    the same row again, an older one never replaces a newer."""
+    """The record of the latest micro-batch (its highest ``version``) is the row: a
+    replayed micro-batch writes the same row again, an older one never replaces a
+    newer."""
     BEST_CANDIDATE = "best_candidate"
     """Each record is a candidate for its view key, written as soon as the speed layer
     finds it; the candidate ranked best (:class:`Candidates`) is the row, whichever
