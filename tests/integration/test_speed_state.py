@@ -78,7 +78,7 @@ def test_registration_state_of_one_plate_stays_within_the_lookback(
 
 def held(spark: SparkSession, query: Path, batch_id: int, variable: str) -> dict[str, list[Row]]:
     """One state variable of the operator after a micro-batch (Spark's state data source),
-    per grouping key: its values (a list's elements, a map's values)."""
+    per grouping key: its values (a map's values; a value's ``held`` elements)."""
     rows = (
         spark.read.format("statestore")
         .option("stateVarName", variable)
@@ -89,5 +89,9 @@ def held(spark: SparkSession, query: Path, batch_id: int, variable: str) -> dict
     found: dict[str, list[Row]] = {}
     for row in rows:
         values = [v for name, v in row.asDict().items() if name not in ("key", "partition_id")]
-        found.setdefault(row.key[0], []).append(values[-1])
+        value = values[-1]
+        if "held" in value.asDict():  # a plate's rights: one value holding them all
+            found.setdefault(row.key[0], []).extend(value.held)
+        else:
+            found.setdefault(row.key[0], []).append(value)
     return found
