@@ -3,7 +3,7 @@ value per plate, rewritten whole) against the operator's plates part (an entry p
 row, timers that do not move). A measurement, not a test.
 
     .venv/bin/python benchmarks/plate_replay.py [--plates 582000] [--entries 1,3,6,12]
-        [--batch-seconds 2,60] [--designs old,new,new+sessions] [--old-rev 7f8a813]
+        [--batch-seconds 2,60] [--designs old,new,new+sessions] [--old-rev 0ac9723]
 
 For each k of ``--entries``: ``--plates`` plates, each preloaded with k entries spread
 over the last ``max_trip`` before T0 (at its booth, every hour / k) and a registration
@@ -234,7 +234,7 @@ def main() -> None:
         help="micro-batches of each size (default: 60 s of traffic each)",
     )
     parser.add_argument("--designs", default="old,new,new+sessions")
-    parser.add_argument("--old-rev", default="7f8a813")
+    parser.add_argument("--old-rev", default="0ac9723")
     parser.add_argument(
         "--jfr", type=Path, help="a folder: a JFR recording of each design's measured batches"
     )
