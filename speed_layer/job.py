@@ -66,8 +66,9 @@ SCHEDULER_POOLS_FILE = Path(__file__).with_name("scheduler_pools.xml")
 JVM_OPTIONS = "-XX:-UseCodeCacheFlushing -XX:ReservedCodeCacheSize=512m"
 """The speed JVM's: compiled code is kept. With the JVM's default, its sweeper flushed
 the code a micro-batch had run a second before as cold (33,000 methods in 30 s), and
-the JIT compiled it again: 0.6 of a core, half the job's CPU, for as long as the job
-ran (docs/performance.md). A long-running driver's code is a few hundred MB at most."""
+the JIT compiled it again: 0.6 of a core, half the job's CPU (docs/performance.md: with
+these, 0.02 cores at minute 50 of a soak). A long-running driver's code is a few
+hundred MB at most."""
 
 SPEED_SPARK_CONF: dict[str, str] = {
     # state off the heap, bounded by the watermark (speed_layer.lookups); a
