@@ -68,6 +68,11 @@ INPUT_ENDS_EVERY_S = 0.1
 """How often, at most, end offsets are asked for to settle the progress reports read."""
 POLL_MS, POLL_RECORDS = 200, 5000
 """A poll's wait for records, and the most it takes."""
+FETCH_WAIT_MS, FETCH_MIN_BYTES = 250, 1 << 20
+"""The broker answers a fetch once it has this many bytes or has waited this long: under
+load a poll then brings a quarter second of rows, applied in one upsert per view, rather
+than a few records each (an upsert costs milliseconds whatever its size). A row reaches
+the API at most this much later; a backlog is fetched at once."""
 REJECTIONS_LOGGED = 20
 """Records skipped as not rows of their view that are logged one by one; the rest are counted."""
 
@@ -145,6 +150,8 @@ class SpeedConsumer:
             # resuming at a position retention has since deleted: the earliest record kept
             auto_offset_reset="earliest",
             bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS,
+            fetch_max_wait_ms=FETCH_WAIT_MS,
+            fetch_min_bytes=FETCH_MIN_BYTES,
         )
 
     def _run(self) -> None:

@@ -34,6 +34,8 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pa_json
 
 from shared.domain.events import parse_instant
 from shared.domain.merge import final_cut
@@ -213,6 +215,72 @@ def _replaces(view: ViewSpec) -> Callable[[list[Any], list[Any]], bool]:
     return replaces
 
 
+_INSTANT = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?(Z|[+-]\d{2}:\d{2})$"
+"""The instants the batch decode reads itself; any other text :func:`stored_instant` may
+still accept, on the per-record path."""
+
+
+def _read_type(sql_type: str) -> pa.DataType:
+    """The Arrow type the batch decode reads a column's JSON value as: one that accepts what
+    :func:`_converter` accepts, or less (a record it refuses goes the per-record way).
+    Instants are read as text, so that their form is checked (:data:`_INSTANT`)."""
+    kind = sql_type.split("(")[0].split()[0]
+    if kind == "DECIMAL":
+        precision, scale = (int(n) for n in sql_type[8 : sql_type.index(")")].split(","))
+        return pa.decimal128(precision, scale)
+    types = {
+        "BIGINT": pa.int64(), "INTEGER": pa.int32(), "DOUBLE": pa.float64(),
+        "VARCHAR": pa.string(), "BOOLEAN": pa.bool_(), "VARCHAR[]": pa.list_(pa.string()),
+        "TIMESTAMP": pa.string(),
+    }  # fmt: skip
+    return types[kind]
+
+
+_READ_SCHEMAS = {
+    view.name: pa.schema(
+        [(name, _read_type(sql_type)) for name, sql_type, _ in _COLUMNS[view.name]]
+    )
+    for view in VIEWS
+}
+_READ_OPTIONS = pa_json.ReadOptions(use_threads=False, block_size=64 << 20)
+
+
+def _decoded(view: str, values: list[bytes | None]) -> pa.Table | None:
+    """The values as one Arrow table of the view's columns (instants zone-less UTC), read in
+    one pass; None if any value is not plainly a row of the view (a null, a field missing,
+    a number out of its column's bounds, text on more than one line ...): those records
+    go the per-record way, which names what is wrong with each."""
+    if any(value is None or b"\n" in value or b"\r" in value for value in values):
+        return None
+    schema = _READ_SCHEMAS[view]
+    options = pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+    try:
+        table = pa_json.read_json(
+            pa.py_buffer(b"\n".join(values)),  # type: ignore[arg-type]
+            read_options=_READ_OPTIONS, parse_options=options,
+        )  # fmt: skip
+    except pa.ArrowInvalid:
+        return None
+    if table.num_rows != len(values):
+        return None  # a line of no object, or of two
+    columns = []
+    for field, column in zip(schema, table.itercolumns(), strict=True):
+        if column.null_count:
+            return None
+        if pa.types.is_list(field.type) and pc.list_flatten(column).null_count:
+            return None
+        if pa.types.is_integer(field.type):
+            lowest = -(2 ** (field.type.bit_width - 1))  # the bounds are symmetric
+            if pc.min(column).as_py() == lowest:
+                return None
+        if _COLUMNS[view][len(columns)][1] == "TIMESTAMP":
+            if not pc.all(pc.match_substring_regex(column, _INSTANT)).as_py():
+                return None
+            column = pc.cast(pc.cast(column, pa.timestamp("us", "UTC")), pa.timestamp("us"))
+        columns.append(column)
+    return pa.table(columns, names=schema.names)
+
+
 _KEY_POSITIONS = {
     view.name: [
         number for number, (name, _, _) in enumerate(_COLUMNS[view.name]) if name in view.key
@@ -221,6 +289,27 @@ _KEY_POSITIONS = {
 }
 _REPLACES = {view.name: _replaces(view) for view in VIEWS}
 _UPSERT = {view.name: _upsert(view) for view in VIEWS}
+_POSITION = "_position"
+"""The column of the records' Arrow table that says where in the records each row was."""
+
+
+def _one_per_key(view: ViewSpec) -> str:
+    """Of the registered Arrow table ``records``, the row per view key the upsert's rule
+    (:func:`_replaces`) keeps: the newest ``version``, or the best-ranked candidate; of
+    equals, the later record."""
+    key = ", ".join(f'"{name}"' for name in view.key)
+    if view.candidates is None:
+        order = '"version" DESC'
+    else:
+        direction = "ASC" if view.candidates.best is Aggregate.MIN else "DESC"
+        order = ", ".join(f'"{name}" {direction}' for name in view.candidates.rank)
+    return (
+        f"SELECT * FROM records QUALIFY row_number() OVER "
+        f'(PARTITION BY {key} ORDER BY {order}, "{_POSITION}" DESC) = 1'
+    )
+
+
+_ONE_PER_KEY = {view.name: _one_per_key(view) for view in VIEWS}
 _UPSERT_RETURNING = {view.name: _upsert(view) + _returning(view) for view in VIEWS}
 
 
@@ -278,10 +367,10 @@ class SpeedTables:
         the wrong type, a tombstone) is skipped and passed to ``reject``: one bad
         record must not stop the store, which would otherwise retry it forever.
         """
-        latest = self._latest(view, records, reject)
-        if not latest:
+        incoming = self._incoming(view, records, reject)
+        if incoming is None:
             return 0
-        [(changed,)] = self._upsert(view, latest, _UPSERT[view])
+        [(changed,)] = self._upsert(incoming, _UPSERT[view])
         return int(changed)
 
     def apply_changed(
@@ -292,20 +381,64 @@ class SpeedTables:
     ) -> list[ChangedRow]:
         """:meth:`apply`, returning the rows it inserted or replaced, in the order of the
         records they came from (what ``GET /v1/stream`` sends)."""
-        latest = self._latest(view, records, reject)
-        if not latest:
+        incoming = self._incoming(view, records, reject)
+        if incoming is None:
             return []
-        width = len(_KEY_POSITIONS[view])
+        keys = [_COLUMNS[view][n][0] for n in _KEY_POSITIONS[view]]
+        position_of = {
+            tuple(row[name] for name in keys): row[_POSITION]
+            for row in incoming.select([*keys, _POSITION]).to_pylist()
+        }
+        width = len(keys)
         changed = [
-            ChangedRow(latest[tuple(returned[:width])][1], *returned[width:])
-            for returned in self._upsert(view, latest, _UPSERT_RETURNING[view])
+            ChangedRow(position_of[tuple(returned[:width])], *returned[width:])
+            for returned in self._upsert(incoming, _UPSERT_RETURNING[view])
         ]
         return sorted(changed, key=lambda row: row.position)
+
+    def _incoming(
+        self, view: str, records: Iterable[tuple[bytes | None, bytes | None]], reject: Reject | None
+    ) -> pa.Table | None:
+        """The records as an Arrow table of the view's typed columns and each one's
+        position, one row per view key (None if none is a row): decoded in one pass
+        (:func:`_decoded`) where every record is plainly a row, else record by record."""
+        records = list(records)
+        if not records:
+            return None
+        decoded = (
+            None
+            if any(key is None for key, _ in records)
+            else _decoded(view, [value for _, value in records])
+        )
+        if decoded is None:
+            latest = self._latest(view, records, reject)
+            if not latest:
+                return None
+            names = [name for name, _, _ in _COLUMNS[view]]
+            columns = list(zip(*(row for row, _ in latest.values()), strict=True))
+            table = pa.table(dict(zip(names, map(list, columns), strict=True)))
+            positions = [position for _, position in latest.values()]
+            return table.append_column(_POSITION, pa.array(positions, pa.int64()))
+        table = decoded.append_column(_POSITION, pa.array(range(len(records)), pa.int64()))
+        keys = [_COLUMNS[view][n][0] for n in _KEY_POSITIONS[view]]
+        if table.group_by(keys).aggregate([]).num_rows == table.num_rows:
+            return table
+        # one row per view key (DuckDB updates a row once per statement), combined by the
+        # rule the upsert applies to the held row
+        with self._lock:
+            cursor = self.connection.cursor()
+            try:
+                cursor.register("records", table)
+                return cursor.sql(_ONE_PER_KEY[view]).to_arrow_table()
+            finally:
+                cursor.unregister("records")
+                cursor.close()
 
     def _latest(
         self, view: str, records: Iterable[tuple[bytes | None, bytes | None]], reject: Reject | None
     ) -> dict[tuple[Any, ...], tuple[list[Any], int]]:
-        """The records as typed rows, one per view key (with its record's position)."""
+        """The records as typed rows, one per view key (with its record's position),
+        each checked on its own."""
         keys, replaces = _KEY_POSITIONS[view], _REPLACES[view]
         latest: dict[tuple[Any, ...], tuple[list[Any], int]] = {}
         for position, (key, raw) in enumerate(records):
@@ -318,22 +451,15 @@ class SpeedTables:
                 if reject is not None:
                     reject(position, str(error))
                 continue
-            # one row per view key in this poll (DuckDB updates a row once per statement),
-            # combined by the rule the upsert applies to the held row
             view_key = tuple(row[n] for n in keys)
             held = latest.get(view_key)
             if held is None or replaces(row, held[0]):
                 latest[view_key] = (row, position)
         return latest
 
-    def _upsert(
-        self, view: str, latest: dict[tuple[Any, ...], tuple[list[Any], int]], statement: str
-    ) -> list[tuple[Any, ...]]:
+    def _upsert(self, incoming: pa.Table, statement: str) -> list[tuple[Any, ...]]:
         # one INSERT over an Arrow table: DuckDB's executemany runs a statement per
         # row (measured ~350 rows/s), far below what the speed layer publishes
-        names = [name for name, _, _ in _COLUMNS[view]]
-        columns = list(zip(*(row for row, _ in latest.values()), strict=True))
-        incoming = pa.table(dict(zip(names, map(list, columns), strict=True)))
         with self._lock:
             cursor = self.connection.cursor()
             try:

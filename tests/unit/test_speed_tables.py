@@ -252,3 +252,39 @@ def test_progress_records_give_each_querys_state_operators() -> None:
     assert tables.state_by_query == {
         "speed.lookups": [{"operator": "symmetricHashJoin#1", "rows": 3}]
     }
+
+
+def test_a_poll_is_read_by_the_same_rules_in_one_pass_or_record_by_record() -> None:
+    """Records the one-pass read would read otherwise (leniently, or not at all) go the
+    per-record way: each poll below holds one, beside a plain row of another window."""
+    five, seven = datetime(2026, 1, 5, 5), datetime(2026, 1, 5, 7)
+    plain = record("2026-01-05T05:00:00.000Z", 9, "9.00", 1)
+    pretty = json.dumps(json.loads(record("2026-01-05T07:00:00.000Z", 2, "2.00", 1)[1]), indent=2)
+    cases: list[tuple[bytes, tuple[datetime, Decimal] | str]] = [
+        # accepted as the per-record rules read them
+        (with_field("window_start", "2026-01-05T08:00:00+01:00"), (seven, Decimal("1.00"))),
+        (with_field("total_toll", 2.555), (seven, Decimal("2.56"))),
+        (with_field("other", {"nested": [1]}), (seven, Decimal("1.00"))),
+        (pretty.encode(), (seven, Decimal("2.00"))),
+        # refused, though a lenient reader would take them
+        (with_field("window_start", "2026-01-05"), "not a TIMESTAMP"),
+        (with_field("window_start", "2026-01-05T07:00:00"), "not a TIMESTAMP"),
+        (with_field("vehicle_count", -(2**63)), "not a BIGINT"),
+        (b"{}\n{}", "Extra data"),
+    ]
+    for value, outcome in cases:
+        tables = SpeedTables()
+        reasons: dict[int, str] = {}
+        tables.apply("booth_stats", [plain, (b"k", value)], reasons.__setitem__)
+        cursor = tables.cursor()
+        got = cursor.execute(
+            "SELECT window_start, total_toll FROM booth_stats ORDER BY window_start"
+        ).fetchall()
+        cursor.close()
+        tables.close()
+        if isinstance(outcome, str):
+            assert list(reasons) == [1] and outcome in reasons[1], (value, reasons)
+            assert got == [(five, Decimal("9.00"))], value
+        else:
+            assert reasons == {}, (value, reasons)
+            assert got == [(five, Decimal("9.00")), outcome], value
