@@ -263,7 +263,7 @@ def _decoded(view: str, values: list[bytes | None]) -> pa.Table | None:
         return None
     if table.num_rows != len(values):
         return None  # a line of no object, or of two
-    columns = []
+    columns: list[pa.ChunkedArray] = []
     for field, column in zip(schema, table.itercolumns(), strict=True):
         if column.null_count:
             return None
