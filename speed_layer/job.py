@@ -51,7 +51,13 @@ from speed_layer.operator import (
     operators_jar,
     views_writer,
 )
-from speed_layer.progress import ProgressPublisher, late_rows_reported, listening
+from speed_layer.progress import (
+    ROW_TRACKING_CONF,
+    ProgressPublisher,
+    late_rows_reported,
+    listening,
+    rows_counted,
+)
 from speed_layer.speed_store import view_writer
 
 logger = logging.getLogger("lambdaline.speed")
@@ -84,6 +90,11 @@ SPEED_SPARK_CONF: dict[str, str] = {
     # block) most of the time, ~170 us a get against ~5 (benchmarks/plate_replay.py)
     "spark.sql.streaming.stateStore.rocksdb.boundedMemoryUsage": "true",
     "spark.sql.streaming.stateStore.rocksdb.maxMemoryUsageMB": "2048",
+    # no count of the state's rows: Spark would read each key before it writes or
+    # deletes it to keep one (a get per put; 28-43 % of the plates' CPU per event in
+    # benchmarks/plate_replay.py). The state's size is RocksDB's bytes on disk
+    # (speed_layer.progress.rows_counted)
+    ROW_TRACKING_CONF: "false",
     # queries on few task slots: with Spark's default (FIFO) a micro-batch of the
     # operator waits for every task of another query's micro-batch submitted
     # before it; with fair pools it gets the next free slot
@@ -252,7 +263,9 @@ def run(
     # request: the main thread is inside a py4j call (awaitTermination), which
     # it must not leave half-way (shared.platform.streaming)
     with (
-        contextlib.closing(ProgressPublisher(settings, late_rows_reported(settings))) as publisher,
+        contextlib.closing(
+            ProgressPublisher(settings, late_rows_reported(settings), rows_counted(spark))
+        ) as publisher,
         listening(spark, publisher),
         stop_requests(on_signal=stopping) as stop,
     ):

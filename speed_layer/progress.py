@@ -101,10 +101,11 @@ writes, the block cache, flush and compaction, and timers (RocksDB's get and put
 latencies summed, in ms)."""
 
 
-def state_operators(progress: Mapping[str, Any]) -> list[dict[str, Any]]:
+def state_operators(progress: Mapping[str, Any], rows_counted: bool = True) -> list[dict[str, Any]]:
     """Each stateful operator's state in a progress report: its name (numbered where a
-    query has several of one kind, in plan order), rows, memory, bytes at rest and
-    where its micro-batch's time went (``time_ms``)."""
+    query has several of one kind, in plan order), rows (None where the state store
+    counts none: ``rows_counted`` False, :func:`rows_counted`), memory, bytes at rest
+    and where its micro-batch's time went (``time_ms``)."""
     operators = progress.get("stateOperators") or []
     names = [op.get("operatorName", "state") for op in operators]
     reported = []
@@ -116,7 +117,7 @@ def state_operators(progress: Mapping[str, Any]) -> list[dict[str, Any]]:
         reported.append(
             {
                 "operator": name,
-                "rows": op.get("numRowsTotal"),
+                "rows": op.get("numRowsTotal") if rows_counted else None,
                 "memory_bytes": op.get("memoryUsedBytes"),
                 "disk_bytes": disk,
                 "counters": {
@@ -140,9 +141,20 @@ def state_operators(progress: Mapping[str, Any]) -> list[dict[str, Any]]:
     return reported
 
 
-def progress_record(progress: Mapping[str, Any]) -> dict[str, Any]:
+ROW_TRACKING_CONF = "spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows"
+
+
+def rows_counted(spark: SparkSession) -> bool:
+    """Whether the session's RocksDB state stores count their rows: with
+    ``trackTotalNumberOfRows`` off (the speed job's tuning) Spark reports 0 for every
+    operator, which is no count at all."""
+    return str(spark.conf.get(ROW_TRACKING_CONF, "true")).lower() != "false"
+
+
+def progress_record(progress: Mapping[str, Any], rows_counted: bool = True) -> dict[str, Any]:
     """The fields of one query progress report (Spark's JSON of a
-    ``StreamingQueryProgress``) that the speed store publishes.
+    ``StreamingQueryProgress``) that the speed store publishes; ``rows_counted``: see
+    :func:`state_operators`.
 
     Spark leaves out a rate that is not a number (no time elapsed yet), and the
     watermark of a query that has none.
@@ -162,8 +174,8 @@ def progress_record(progress: Mapping[str, Any]) -> dict[str, Any]:
         "phases_ms": progress.get("durationMs") or {},
         "rows_dropped_by_watermark": sum(op["numRowsDroppedByWatermark"] for op in operators),
         # late_rows_total: added by ProgressPublisher, which keeps the count
-        "state_rows": sum(op["numRowsTotal"] for op in operators),
-        "state_operators": state_operators(progress),
+        "state_rows": sum(op["numRowsTotal"] for op in operators) if rows_counted else None,
+        "state_operators": state_operators(progress, rows_counted),
         "source_end_offsets": [_offsets(source.get("endOffset")) for source in progress["sources"]],
     }
 
@@ -260,9 +272,16 @@ def listening(spark: SparkSession, receiver: QueryEvents) -> Iterator[None]:
 class ProgressPublisher:
     """Logs each micro-batch and publishes it to ``speed.progress`` (:class:`QueryEvents`)."""
 
-    def __init__(self, settings: Settings, late_rows_before: Mapping[str, int] | None = None):
+    def __init__(
+        self,
+        settings: Settings,
+        late_rows_before: Mapping[str, int] | None = None,
+        rows_counted: bool = True,
+    ):
         """``late_rows_before``: each query's ``late_rows_total`` in its latest record
-        (:func:`late_rows_reported`), which this job's counts go on from."""
+        (:func:`late_rows_reported`), which this job's counts go on from;
+        ``rows_counted``: the job's state stores count their rows (:func:`rows_counted`)."""
+        self.rows_counted = rows_counted
         self.topic = settings.speed_topics.speed_progress
         self.view_settings = settings.views.labels
         self.late_rows_total = dict(late_rows_before or {})
@@ -274,7 +293,7 @@ class ProgressPublisher:
         log_event(logger, "query_started", query=event.get("name"), id=event["id"])
 
     def progressed(self, progress: dict[str, Any]) -> None:
-        record = progress_record(progress)
+        record = progress_record(progress, self.rows_counted)
         log_event(logger, "micro_batch", **record)
         query = record["query"] or "unnamed"
         total = self.late_rows_total.get(query, 0) + record["rows_dropped_by_watermark"]

@@ -99,7 +99,11 @@ TREND_LIMITS = {
     "heap_after_gc_mb": "fitted growth over the window below 10 % of its mean, or 64 MB",
     "rss_mb": "fitted growth over the window below 10 % of its mean, or 64 MB",
     "state_rows": "fitted growth over the window below 5 % of its mean",
+    "state_bytes": "fitted growth over the window below 10 % of its mean, or 64 MB",
 }
+"""``state_bytes`` stands in for ``state_rows`` where the state stores count no rows
+(``trackTotalNumberOfRows`` off): RocksDB's live SST bytes, which compaction moves in
+steps, so its limit is a heap's."""
 
 
 class SoakError(RuntimeError):
@@ -552,6 +556,11 @@ def _state_rows(sample: dict[str, Any]) -> float:
     return float(sum(op.get("rows") or 0 for ops in sample["state"].values() for op in ops))
 
 
+def _state_mb(sample: dict[str, Any]) -> float:
+    disk = sum(op.get("disk_bytes") or 0 for ops in sample["state"].values() for op in ops)
+    return disk / 2**20
+
+
 def micro_batch_figures(batches: list[tuple[float, int, dict[str, int]]]) -> dict[str, Any]:
     """A query's micro-batches (seconds, input rows, Spark's ``durationMs``): how many,
     their time's p50 and p99, their input rows' p50, and each phase's mean seconds (where
@@ -624,8 +633,12 @@ def summarise(phases: list[Phase], options: SoakOptions, settings: Settings) -> 
         "lag_records": trend(lag, options.rate * STEP_FLAT_LAG_S),
         "heap_after_gc_mb": trend(heap, limited(heap, 0.10, 64.0)),
         "rss_mb": trend(rss, limited(rss, 0.10, 64.0)),
-        "state_rows": trend(rows, limited(rows, 0.05, 1.0)),
     }
+    if any(v > 0 for _, v in rows):
+        trends["state_rows"] = trend(rows, limited(rows, 0.05, 1.0))
+    else:  # no rows counted: the state's bytes on disk
+        state_mb = _series(tail, _state_mb)
+        trends["state_bytes"] = trend(state_mb, limited(state_mb, 0.10, 64.0))
     flat_rates: list[dict[str, Any]] = []
     for phase in phases:
         if phase.name in ("floor", "outage", "recovery"):
@@ -674,7 +687,7 @@ def summarise(phases: list[Phase], options: SoakOptions, settings: Settings) -> 
         },
         "state_fills_after_s": state_fills_after.total_seconds(),
         "trend_window_s": window_s,
-        "trend_limits": TREND_LIMITS,
+        "trend_limits": {name: TREND_LIMITS[name] for name in trends},
         "window_rates_per_s": {
             name: round(sum(s[f"{name}_per_s"] for s in tail) / len(tail), 1) if tail else 0.0
             for name in ("input", "processed")

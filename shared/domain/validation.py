@@ -36,7 +36,11 @@ Most records are valid, so the JSON types are first read from the whole
 object's schema (``schema_of_variant``, one string per record) matched against
 the event type's pattern; only a record that does not match has every field
 looked up one by one to name what failed (three times the cost). Both paths
-apply the same per-kind rules (:data:`_JSON_TYPES`, :func:`_value_rule`).
+apply the same per-kind rules (:data:`_JSON_TYPES`, :func:`_value_rule`). Each
+text field is looked up once per record (``_texts``), for the rules and the typed
+event alike; on the fast path a number's JSON type settles its rule
+(:data:`_FAST_JSON_TYPES`), so a valid record's numbers are read only as typed
+values (each ``variant_get`` of a number builds a cast, per record).
 """
 
 from __future__ import annotations
@@ -129,6 +133,19 @@ _JSON_TYPES: dict[FieldKind, str] = {
     FieldKind.BOOLEAN: "BOOLEAN",
 }
 """The JSON types (as ``schema_of_variant`` names them) a field of each kind may have."""
+_FAST_JSON_TYPES: dict[FieldKind, str] = {
+    **_JSON_TYPES,
+    FieldKind.INTEGER: "TINYINT|SMALLINT",
+    FieldKind.NUMBER: _INTEGERS + r"|DECIMAL\(\d+,\d+\)",
+    FieldKind.MONEY: r"TINYINT|SMALLINT|INT|DECIMAL\(([1-9]|10),[0-2]\)|DECIMAL\(11,[12]\)"
+    r"|DECIMAL\(12,2\)",
+}
+"""The JSON types the fast path admits, of each kind: for a number, only those whose every
+value keeps the kind's rule (an INT may be -2**31, a DOUBLE 1e400, a DECIMAL(13,2) ten
+billion), so that its value need not be read; a number of any other type it may have
+takes the field-by-field path."""
+_STRING_KINDS = frozenset({FieldKind.TEXT, FieldKind.IDENTIFIER, FieldKind.TIMESTAMP})
+"""The kinds whose JSON type is a string: their text is read once per record (``_texts``)."""
 _INT32_MAX = 2**31 - 1
 _DOUBLE_MAX = sys.float_info.max
 _CONTROL_CHARACTER = r"[\x00-\x1f\x7f]"
@@ -164,17 +181,34 @@ def _json_type(name: str) -> Column:
 
 
 def _json_text(name: str) -> Column:
-    return F.col(f"_json_text.{name}")
+    """A string-kind field's text, as ``_texts`` holds it (null for a record of a type
+    without the field)."""
+    return F.col(f"_texts.{name}")
+
+
+def _texts(topics: Topics, event_types: tuple[EventType, ...]) -> Column:
+    """Every string-kind field's text (:func:`_json_string`), each looked up once per
+    record and only in records of a type that has it: the fast path's rules, the slow
+    path's and the typed values all read these."""
+    having: dict[str, list[str]] = {}
+    for event_type in event_types:
+        for field in event_type.fields:
+            if field.kind in _STRING_KINDS:
+                having.setdefault(field.name, []).append(topics.of(event_type))
+    return F.struct(
+        *[
+            F.when(F.col("topic").isin(of), _json_string(name)).alias(name)
+            for name, of in sorted(having.items())
+        ]
+    )
 
 
 def _with_field_types(parsed: DataFrame, event_types: tuple[EventType, ...]) -> DataFrame:
-    """Look up every field's JSON type and text once, as columns the rules then read;
-    only for records the fast path did not pass (``_conforms``), null for the others."""
+    """Look up every field's JSON type once, as a column the rules then read; only for
+    records the fast path did not pass (``_conforms``), null for the others."""
     names = sorted({field.name for event_type in event_types for field in event_type.fields})
     types = F.struct(*[F.schema_of_variant(_json_of(name)).alias(name) for name in names])
-    texts = F.struct(*[_json_string(name).alias(name) for name in names])
-    slow = ~F.col("_conforms")
-    return _computed_once(parsed, _json_type=F.when(slow, types), _json_text=F.when(slow, texts))
+    return _computed_once(parsed, _json_type=F.when(~F.col("_conforms"), types))
 
 
 def _computed_once(frame: DataFrame, **columns: Column) -> DataFrame:
@@ -197,16 +231,18 @@ def _is_missing(field: EventField) -> Column:
     return json_type.isNull() | (json_type == "VOID")
 
 
-def _value_rule(field: EventField, text: Column) -> Column | None:
+def _value_rule(field: EventField, text: Column, instant: Column | None = None) -> Column | None:
     """True where a field that has one of its kind's JSON types holds an allowed value;
-    None for the kinds whose JSON type is the whole rule."""
+    None for the kinds whose JSON type is the whole rule. ``instant``: a time field's
+    text already cast to a timestamp (:func:`_event_time`), if it has been."""
     match field.kind:
         case FieldKind.IDENTIFIER:
             return (F.trim(text) != "") & _plain_text(text)
         case FieldKind.TEXT:
             return _plain_text(text)
         case FieldKind.TIMESTAMP:
-            return text.rlike(_ISO_INSTANT) & text.try_cast(T.TimestampType()).isNotNull()
+            cast = text.try_cast(T.TimestampType()) if instant is None else instant
+            return text.rlike(_ISO_INSTANT) & cast.isNotNull()
         case FieldKind.INTEGER:
             number = F.try_variant_get(_json_of(field.name), "$", "bigint")
             return F.abs(number) <= _INT32_MAX
@@ -246,7 +282,7 @@ def _shape_pattern(event_type: EventType) -> str:
     """
     fields = sorted(event_type.fields, key=lambda field: field.name.encode())  # variant order
     known = ", ".join(
-        f"((?!{field.name}: ){_OTHER_FIELD}, )*+{field.name}: ({_JSON_TYPES[field.kind]})"
+        f"((?!{field.name}: ){_OTHER_FIELD}, )*+{field.name}: ({_FAST_JSON_TYPES[field.kind]})"
         for field in fields
     )
     return f"^OBJECT<{known}(, {_OTHER_FIELD})*+>$"
@@ -254,16 +290,31 @@ def _shape_pattern(event_type: EventType) -> str:
 
 def _conforms(event_type: EventType) -> Column:
     """The fast path: true only where no field of this event type is missing or invalid
-    (the slow path would find nothing to name); false says nothing either way."""
-    value_rules = [_value_rule(field, _json_string(field.name)) for field in event_type.fields]
+    (the slow path would find nothing to name); false says nothing either way. A number's
+    JSON type decides its rule here (:data:`_FAST_JSON_TYPES`), so only texts are read."""
+    value_rules = [
+        _value_rule(
+            field,
+            _json_text(field.name),
+            F.col("_event_time") if field.name == event_type.time_field else None,
+        )
+        for field in event_type.fields
+        if field.kind in _STRING_KINDS
+    ]
     shape = F.col("_shape").rlike(_shape_pattern(event_type))
     conforms = reduce(operator.and_, [rule for rule in value_rules if rule is not None], shape)
     return F.coalesce(conforms, F.lit(False))
 
 
-def _typed_value(field: EventField) -> Column:
+def _typed_value(field: EventField, time_field: bool) -> Column:
+    """A valid event's field, typed as its kind is; ``time_field``: it is the event time of
+    the record's type (already cast: ``_event_time``)."""
+    if time_field:
+        return F.col("_event_time").alias(field.name)
     if field.kind is FieldKind.TIMESTAMP:
-        return _json_string(field.name).try_cast(T.TimestampType()).alias(field.name)
+        return _json_text(field.name).try_cast(T.TimestampType()).alias(field.name)
+    if field.kind in _STRING_KINDS:
+        return _json_text(field.name).alias(field.name)
     return F.try_variant_get(_json_of(field.name), "$", field.spark_type.simpleString()).alias(
         field.name
     )
@@ -283,7 +334,7 @@ def _failures(event_type: EventType) -> Column:
 
 
 def _event_time(event_type: EventType) -> Column:
-    return _json_string(event_type.time_field).try_cast(T.TimestampType())
+    return _json_text(event_type.time_field).try_cast(T.TimestampType())
 
 
 def _by_topic(
@@ -299,11 +350,9 @@ def _by_topic(
     return other
 
 
-_LOOKUPS = (
-    "_json_type", "_json_text", "_failures", "_event_time", "_is_utf8", "_is_object", "_shape",
-    "_conforms",
-)  # fmt: skip
-"""The intermediate columns of :func:`classify_records`, dropped from its result."""
+_LOOKUPS = ("_json_type", "_failures", "_is_utf8", "_is_object", "_shape", "_conforms")
+"""The intermediate columns of :func:`classify_records`, dropped from its result (the
+typed values read ``_texts`` and ``_event_time``)."""
 
 
 def classify_records(
@@ -322,24 +371,27 @@ def classify_records(
     text = F.col("value").cast(T.StringType())
     is_utf8 = F.coalesce(F.is_valid_utf8(text), F.lit(False))
     parsed = raw.withColumn("_json", F.when(is_utf8, F.try_parse_json(text)))
-    shaped = _computed_once(parsed, _is_utf8=is_utf8, _shape=F.schema_of_variant(F.col("_json")))
+    shaped = _computed_once(
+        parsed, _is_utf8=is_utf8, _shape=F.schema_of_variant(F.col("_json")),
+        _texts=_texts(topics, event_types),
+    )  # fmt: skip
+    no_time = F.lit(None).cast(T.TimestampType())
+    timed = _computed_once(shaped, _event_time=_by_topic(topics, event_types, _event_time, no_time))
 
     conforms = (
         _by_topic(topics, event_types, _conforms, F.lit(False)) if fast_path else F.lit(False)
     )
     is_object = F.coalesce(F.col("_shape").startswith("OBJECT<"), F.lit(False))
     typed = _with_field_types(
-        _computed_once(shaped, _is_object=is_object, _conforms=conforms), event_types
+        _computed_once(timed, _is_object=is_object, _conforms=conforms), event_types
     )
 
     no_failures = F.struct(F.lit("").alias("missing"), F.lit("").alias("invalid"))
     failures = F.when(F.col("_conforms"), no_failures).otherwise(
         _by_topic(topics, event_types, _failures, F.lit(None))
     )
-    no_time = F.lit(None).cast(T.TimestampType())
-    event_time = _by_topic(topics, event_types, _event_time, no_time)
     known_topic = F.col("topic").isin([topics.of(event_type) for event_type in event_types])
-    checked = _computed_once(typed, _failures=failures, _event_time=event_time)
+    checked = _computed_once(typed, _failures=failures)
 
     latest_allowed = F.col("timestamp") + F.make_dt_interval(
         secs=F.lit(max_future_skew.total_seconds())
@@ -391,7 +443,10 @@ def split_classified(
     valid = classified.where(F.col("_reason").isNull())
     events = {
         event_type.name: valid.where(F.col("topic") == topics.of(event_type)).select(
-            *[_typed_value(field) for field in event_type.fields],
+            *[
+                _typed_value(field, field.name == event_type.time_field)
+                for field in event_type.fields
+            ],
             *source,
             *([F.col("key"), F.col("value")] if keep_raw else []),
         )
@@ -465,9 +520,11 @@ def decode_together(
                     f"{field.name}: a {known.kind} in one event type, a {field.kind} in another"
                 )
             names.append(event_type.name)
+    time_field_of = {event_type.name: event_type.time_field for event_type in event_types}
     typed = [
         F.when(
-            valid & reduce(operator.or_, [of_type[name] for name in names]), _typed_value(field)
+            valid & reduce(operator.or_, [of_type[name] for name in names]),
+            _typed_value(field, all(time_field_of[name] == field.name for name in names)),
         ).alias(field.name)
         for field, names in fields.values()
     ]

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
+from lambdaline.bench.freshness import Probe
 from lambdaline.bench.soak import (
     Phase,
     SoakOptions,
@@ -151,3 +154,31 @@ def test_recovery_is_the_lag_left_the_time_until_it_is_back_and_the_catch_up_rat
         recovery(outage, phase_samples(3, lambda m: 500_000, 2000.0), 2000.0)["back_within_s"]
         is None
     )
+
+
+def test_a_pending_probe_is_looked_for_less_often_as_it_ages() -> None:
+    now = time.monotonic()
+    probe = Probe(at=datetime.now(UTC), plate="P", window="w", ordinal=1, views=("a", "b", "c"))
+    probe.sent = {"a": now - 1, "b": now - 100, "c": now - 100}
+    # at 1 s old, a look a quarter second after the last; at 100 s old, 5 s after it
+    probe.looked = {"a": now - 0.3, "b": now - 3, "c": now - 6}
+    assert probe.pending == ["a", "c"]
+    probe.seen["c"] = now
+    assert probe.pending == ["a"]
+
+
+def test_without_row_counts_the_state_is_judged_by_its_bytes_on_disk() -> None:
+    # rows not counted (trackTotalNumberOfRows off): 0 each; the live SST bytes rise by
+    # 10 MB a minute over the last 30 minutes from 1,000 MB (fitted growth 300 MB, over
+    # 10 % of the mean): not flat
+    samples = phase_samples(60, lambda m: 0, 2000.0)
+    for m, one in enumerate(samples):
+        disk = (1000 + 10 * m) * 2**20
+        one["state"] = {"speed.views": [{"operator": "tws", "rows": 0, "disk_bytes": disk}]}
+    options = SoakOptions(rate=2000.0, minutes=60.0, floor_minutes=0.0)
+
+    results = summarise([Phase("soak", 2000.0, samples=samples)], options, Settings())
+
+    assert "state_rows" not in results["trends"]
+    assert results["trends"]["state_bytes"]["flat"] is False
+    assert set(results["trend_limits"]) == set(results["trends"])

@@ -308,12 +308,19 @@ def test_the_fast_path_pattern_of_exits(shape: str, conforms: bool) -> None:
 @pytest.mark.parametrize(
     ("toll", "vehicle_type", "conforms"),
     [
-        ("DECIMAL(3,2)", "BIGINT", True),
-        ("BIGINT", "BIGINT", True),
-        ("DECIMAL(4,3)", "BIGINT", False),  # three decimal places
-        ("DOUBLE", "BIGINT", False),
+        ("DECIMAL(3,2)", "TINYINT", True),
+        ("INT", "SMALLINT", True),
+        ("DECIMAL(12,2)", "TINYINT", True),
+        ("DECIMAL(4,3)", "TINYINT", False),  # three decimal places
+        ("DOUBLE", "TINYINT", False),
         ("DECIMAL(3,2)", "DOUBLE", False),
-        ("STRING", "BIGINT", False),
+        ("STRING", "TINYINT", False),
+        # numbers whose type does not settle the rule: the field-by-field path reads them
+        ("BIGINT", "TINYINT", False),
+        ("DECIMAL(13,2)", "TINYINT", False),
+        ("DECIMAL(11,0)", "TINYINT", False),
+        ("DECIMAL(3,2)", "INT", False),
+        ("DECIMAL(3,2)", "BIGINT", False),
     ],
 )
 def test_the_fast_path_pattern_of_entries_checks_number_types(
@@ -333,6 +340,12 @@ def test_the_fast_path_decides_as_the_field_by_field_path(spark: SparkSession) -
     entries = [
         entry_json(),
         entry_json(toll=4, weight_kg=1500),
+        # valid numbers whose JSON type leaves their rule to the field-by-field path
+        entry_json(vehicle_type=100_000, weight_kg=1e300, toll=99_999_999.99),
+        entry_json(vehicle_type=2**31 - 1, toll=2_000_000_000),
+        # and invalid ones
+        entry_json(vehicle_type=-(2**31)),
+        entry_json(toll=12_345_678_901.5),
         entry_json(lane=3, note="plain"),  # other fields: ignored by both paths
         entry_json(meta={"by": "sensor"}, tags=[1, 2]),
         entry_json(**{"odd key, with: comma": True}),
@@ -351,9 +364,9 @@ def test_the_fast_path_decides_as_the_field_by_field_path(spark: SparkSession) -
 
     fast, slow = decided(True), decided(False)
     assert fast == slow
-    # the valid ones, counted by hand: five entries and the first exit
+    # the valid ones, counted by hand: seven entries and the first exit
     assert [len(fast[1][t.name]) for t in (TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION)] == [
-        5,
+        7,
         1,
         0,
     ]
