@@ -116,7 +116,11 @@ class StateOperator(BaseModel):
         description="Spark's name of a stateful operator (symmetricHashJoin, stateStoreSave, "
         "dedupeWithinWatermark), numbered where a query has several"
     )
-    rows: int | None = Field(None, description="rows in its state, over every partition")
+    rows: int | None = Field(
+        None,
+        description="rows in its state, over every partition (null where the state store "
+        "counts none: the speed job's RocksDB tuning; `disk_bytes` is its size then)",
+    )
     memory_bytes: int | None = Field(None, description="memory its state stores use")
     disk_bytes: int | None = Field(
         None, description="its state at rest (RocksDB: SST files on local disk)"

@@ -66,6 +66,19 @@ def test_the_record_holds_the_watermark_rates_late_rows_and_offsets_of_the_repor
     }  # fmt: skip
 
 
+def test_where_the_state_stores_count_no_rows_the_record_says_none() -> None:
+    # trackTotalNumberOfRows off: Spark reports 0 rows, which is no count
+    report = json.loads(REPORT)
+    for op in report["stateOperators"]:
+        op["numRowsTotal"] = 0
+    record = progress_record(report, rows_counted=False)
+    assert record["state_rows"] is None
+    assert [(op["rows"], op["disk_bytes"]) for op in record["state_operators"]] == [
+        (None, 2048),
+        (None, 512),
+    ]
+
+
 def test_operators_of_one_kind_are_numbered_in_plan_order() -> None:
     joins = [{"operatorName": "symmetricHashJoin", "numRowsTotal": rows} for rows in (5, 9)]
     assert [
