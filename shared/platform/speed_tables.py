@@ -199,22 +199,6 @@ def _upsert(view: ViewSpec) -> str:
     )
 
 
-def _replaces(view: ViewSpec) -> Callable[[list[Any], list[Any]], bool]:
-    """Whether a typed row (a list in ``_COLUMNS`` order) replaces one held for its view
-    key in the same poll: :func:`_upsert`'s condition, in Python."""
-    positions = {name: number for number, (name, _, _) in enumerate(_COLUMNS[view.name])}
-    if view.candidates is None:
-        return lambda row, held: bool(row[-1] >= held[-1])
-    rank = [positions[name] for name in view.candidates.rank]
-    minimum = view.candidates.best is Aggregate.MIN
-
-    def replaces(row: list[Any], held: list[Any]) -> bool:
-        mine, theirs = [row[n] for n in rank], [held[n] for n in rank]
-        return mine <= theirs if minimum else mine >= theirs
-
-    return replaces
-
-
 _INSTANT = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?(Z|[+-]\d{2}:\d{2})$"
 """The instants the batch decode reads itself; any other text :func:`stored_instant` may
 still accept, on the per-record path."""
@@ -281,13 +265,7 @@ def _decoded(view: str, values: list[bytes | None]) -> pa.Table | None:
     return pa.table(columns, names=schema.names)
 
 
-_KEY_POSITIONS = {
-    view.name: [
-        number for number, (name, _, _) in enumerate(_COLUMNS[view.name]) if name in view.key
-    ]
-    for view in VIEWS
-}
-_REPLACES = {view.name: _replaces(view) for view in VIEWS}
+_KEY_NAMES = {view.name: list(view.key) for view in VIEWS}
 _UPSERT = {view.name: _upsert(view) for view in VIEWS}
 _POSITION = "_position"
 """The column of the records' Arrow table that says where in the records each row was."""
@@ -295,7 +273,7 @@ _POSITION = "_position"
 
 def _one_per_key(view: ViewSpec) -> str:
     """Of the registered Arrow table ``records``, the row per view key the upsert's rule
-    (:func:`_replaces`) keeps: the newest ``version``, or the best-ranked candidate; of
+    (:func:`_upsert`) keeps: the newest ``version``, or the best-ranked candidate; of
     equals, the later record."""
     key = ", ".join(f'"{name}"' for name in view.key)
     if view.candidates is None:
@@ -384,7 +362,7 @@ class SpeedTables:
         incoming = self._incoming(view, records, reject)
         if incoming is None:
             return []
-        keys = [_COLUMNS[view][n][0] for n in _KEY_POSITIONS[view]]
+        keys = _KEY_NAMES[view]
         position_of = {
             tuple(row[name] for name in keys): row[_POSITION]
             for row in incoming.select([*keys, _POSITION]).to_pylist()
@@ -410,18 +388,18 @@ class SpeedTables:
             if any(key is None for key, _ in records)
             else _decoded(view, [value for _, value in records])
         )
-        if decoded is None:
-            latest = self._latest(view, records, reject)
-            if not latest:
+        if decoded is not None:
+            positions = range(len(records))
+        else:
+            checked = self._checked(view, records, reject)
+            if not checked:
                 return None
             names = [name for name, _, _ in _COLUMNS[view]]
-            columns = list(zip(*(row for row, _ in latest.values()), strict=True))
-            table = pa.table(dict(zip(names, map(list, columns), strict=True)))
-            positions = [position for _, position in latest.values()]
-            return table.append_column(_POSITION, pa.array(positions, pa.int64()))
-        table = decoded.append_column(_POSITION, pa.array(range(len(records)), pa.int64()))
-        keys = [_COLUMNS[view][n][0] for n in _KEY_POSITIONS[view]]
-        if table.group_by(keys).aggregate([]).num_rows == table.num_rows:
+            columns = list(zip(*(row for row, _ in checked), strict=True))
+            decoded = pa.table(dict(zip(names, map(list, columns), strict=True)))
+            positions = [position for _, position in checked]  # type: ignore[assignment]
+        table = decoded.append_column(_POSITION, pa.array(positions, pa.int64()))
+        if table.group_by(_KEY_NAMES[view]).aggregate([]).num_rows == table.num_rows:
             return table
         # one row per view key (DuckDB updates a row once per statement), combined by the
         # rule the upsert applies to the held row
@@ -434,28 +412,22 @@ class SpeedTables:
                 cursor.unregister("records")
                 cursor.close()
 
-    def _latest(
-        self, view: str, records: Iterable[tuple[bytes | None, bytes | None]], reject: Reject | None
-    ) -> dict[tuple[Any, ...], tuple[list[Any], int]]:
-        """The records as typed rows, one per view key (with its record's position),
-        each checked on its own."""
-        keys, replaces = _KEY_POSITIONS[view], _REPLACES[view]
-        latest: dict[tuple[Any, ...], tuple[list[Any], int]] = {}
+    def _checked(
+        self, view: str, records: list[tuple[bytes | None, bytes | None]], reject: Reject | None
+    ) -> list[tuple[list[Any], int]]:
+        """The records that are rows of the view, typed, with their positions, each
+        checked on its own; the others passed to ``reject``."""
+        checked = []
         for position, (key, raw) in enumerate(records):
             try:
                 if key is None or raw is None:
                     raise BadSpeedRecordError("no key" if key is None else "no value (a tombstone)")
-                row = _typed(view, json.loads(raw))
+                checked.append((_typed(view, json.loads(raw)), position))
             except ValueError as error:  # BadSpeedRecordError, or not JSON (UnicodeDecodeError too)
                 self.rejected += 1
                 if reject is not None:
                     reject(position, str(error))
-                continue
-            view_key = tuple(row[n] for n in keys)
-            held = latest.get(view_key)
-            if held is None or replaces(row, held[0]):
-                latest[view_key] = (row, position)
-        return latest
+        return checked
 
     def _upsert(self, incoming: pa.Table, statement: str) -> list[tuple[Any, ...]]:
         # one INSERT over an Arrow table: DuckDB's executemany runs a statement per

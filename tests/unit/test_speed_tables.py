@@ -44,6 +44,11 @@ def test_latest_batch_wins_and_an_older_replay_is_ignored() -> None:
         (datetime(2026, 1, 5, 6), 3, Decimal("7.50"), 2),
         (datetime(2026, 1, 5, 10), 4, Decimal("10.00"), 4),
     ]
+    # and so read record by record (a poll with one that is not a row)
+    tables.apply(
+        "booth_stats", [record(six, 9, "9.00", 5), (b"k", b"{"), record(six, 8, "8.00", 4)]
+    )
+    assert rows(tables)[0] == (datetime(2026, 1, 5, 6), 9, Decimal("9.00"), 5)
 
 
 def test_an_equal_batch_replaces_and_a_newer_one_after_an_older_poll_wins() -> None:
