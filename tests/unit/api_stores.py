@@ -6,7 +6,10 @@ store is SpeedTables fed the JSON records the speed layer writes.
 
 from __future__ import annotations
 
+import functools
 import json
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -96,6 +99,27 @@ def table_of(name: str, rows: list[dict[str, Any]]) -> pa.Table:
 
 
 def publish_batch(store: Path, vehicle_count: int = 3) -> None:
+    """Version 1 (horizon 2026-01-06T00:00) into an empty ``store``, or the next version
+    into one that holds some; b1's 23:50 window holds ``vehicle_count`` vehicles."""
+    if store.exists() and any(store.iterdir()):
+        _publish_first_day(store, vehicle_count)
+    else:  # a copy of the one this process published (a version is its files)
+        shutil.copytree(_first_version(vehicle_count), store, dirs_exist_ok=True)
+
+
+@functools.cache
+def _first_version(vehicle_count: int) -> Path:
+    """A store holding only version 1 of :func:`publish_batch`, published once per process
+    into a folder removed as the process exits."""
+    store = Path(_PUBLISHED.name) / str(vehicle_count)
+    _publish_first_day(store, vehicle_count)
+    return store
+
+
+_PUBLISHED = tempfile.TemporaryDirectory(prefix="lambdaline-api-stores-")
+
+
+def _publish_first_day(store: Path, vehicle_count: int) -> None:
     fresh = empty_store_tables()
     fresh["booth_stats"] = table_of("booth_stats", [
         booth_row("b1", "2026-01-05T23:50", vehicle_count, "7.50"),

@@ -66,7 +66,7 @@ def test_every_operation_answers_as_the_openapi_says(client: TestClient) -> None
 
         @given(case=operation.as_strategy())
         @settings(
-            max_examples=60,
+            max_examples=30,
             derandomize=True,  # the same requests every run: a failure is a regression
             deadline=None,
             database=None,
@@ -178,7 +178,7 @@ def _send_kwargs(
 
 
 HOSTILE_SETTINGS = settings(
-    max_examples=40, derandomize=True, deadline=None, database=None,
+    max_examples=25, derandomize=True, deadline=None, database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
                            HealthCheck.data_too_large],
 )  # fmt: skip

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
@@ -80,13 +80,28 @@ def filled_stores(store: Path, horizon: datetime) -> tuple[BatchSnapshot, SpeedT
     return BatchSnapshot(store, version), speed
 
 
-@pytest.fixture
-def stores(tmp_path: Path) -> Iterator[tuple[BatchSnapshot, SpeedTables]]:
-    batch, speed = filled_stores(tmp_path, HORIZON)
-    try:
-        yield batch, speed
-    finally:
+Stores = tuple[BatchSnapshot, SpeedTables]
+
+
+@pytest.fixture(scope="module")
+def stores_at(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[datetime], Stores]]:
+    """The :func:`filled_stores` of a horizon, filled once for the module's tests (which
+    only read them)."""
+    filled: dict[datetime, Stores] = {}
+
+    def at(horizon: datetime) -> Stores:
+        if horizon not in filled:
+            filled[horizon] = filled_stores(tmp_path_factory.mktemp("stores"), horizon)
+        return filled[horizon]
+
+    yield at
+    for batch, _ in filled.values():
         batch.retire()
+
+
+@pytest.fixture
+def stores(stores_at: Callable[[datetime], Stores]) -> Stores:
+    return stores_at(HORIZON)
 
 
 def reference_rows(
@@ -260,7 +275,7 @@ RANGES = [
     [({}, None), ({}, 2), ({"booth_id": "b1"}, None), ({"booth_id": AWKWARD}, 1)],
 )
 def test_roll_ups_in_sql_are_the_roll_up_of_the_merged_rows(
-    tmp_path: Path,
+    stores_at: Callable[[datetime], Stores],
     horizon: datetime,
     size: timedelta,
     start: datetime,
@@ -268,16 +283,13 @@ def test_roll_ups_in_sql_are_the_roll_up_of_the_merged_rows(
     filters: dict[str, str],
     limit: int | None,
 ) -> None:
-    batch, speed = filled_stores(tmp_path, horizon)
-    try:
-        query = ViewQuery(BOOTH_STATS, start, end, filters, limit)
-        rows, truncated = rolled_up_rows(query, batch, speed, size)
-        assert json.loads(encode_rows(rows).json) == general(query, batch, speed, size)
-        assert rows == reference_rows(query, batch, speed, size)  # types too, not only JSON
-        everything = reference_rows(replace(query, limit=None), batch, speed, size)
-        assert truncated == (len(everything) > len(rows))
-    finally:
-        batch.retire()
+    batch, speed = stores_at(horizon)
+    query = ViewQuery(BOOTH_STATS, start, end, filters, limit)
+    rows, truncated = rolled_up_rows(query, batch, speed, size)
+    assert json.loads(encode_rows(rows).json) == general(query, batch, speed, size)
+    assert rows == reference_rows(query, batch, speed, size)  # types too, not only JSON
+    everything = reference_rows(replace(query, limit=None), batch, speed, size)
+    assert truncated == (len(everything) > len(rows))
 
 
 def test_the_hand_written_buckets_of_a_horizon_inside_them(tmp_path: Path) -> None:

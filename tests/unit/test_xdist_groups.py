@@ -43,6 +43,8 @@ def test_a_modules_tests_run_on_one_worker_and_its_fixture_starts_once(tmp_path:
     starts = tmp_path / "starts.txt"
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", os.devnull,
+         # plugins the module does not use, loaded by each of the three processes
+         "-p", "no:hypothesispytest", "-p", "no:schemathesis", "-p", "no:anyio",
          "--rootdir", str(tmp_path), "-n", "2", "--dist", "loadgroup", str(tmp_path)],
         cwd=REPOSITORY, capture_output=True, text=True, timeout=120,
         env={**os.environ, "STARTS": str(starts), "PYTHONPATH": str(REPOSITORY)},
