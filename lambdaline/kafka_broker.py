@@ -544,7 +544,7 @@ def new_cluster_id() -> str:
     """A random KRaft cluster id, as Kafka's own ``Uuid.randomUuid`` makes them.
 
     URL-safe base64 of 16 random bytes, never starting with ``-``: the storage
-    tool would read such an id as an option (1 start in 64 did, before this).
+    tool would read such an id as an option (1 random id in 64 starts with it).
     """
     while True:
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")

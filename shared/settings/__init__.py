@@ -18,9 +18,9 @@ Values come, highest priority first, from the environment, then
 Build settings with :func:`get_settings` (cached) at the start of a command and
 pass them down; nothing in the project builds settings at import time.
 
-The modules: :mod:`.groups` (the groups and their fields), :mod:`.values` (durations
-and the other value types with their rules), :mod:`.flat` (the flat names and reading
-them from the environment and the file), :mod:`.views` (the registered views, whose
+The modules: :mod:`.groups` (the groups, their fields and flat names), :mod:`.values`
+(durations and the other value types with their rules), :mod:`.flat` (reading the flat
+names from the environment and the file), :mod:`.views` (the registered views, whose
 sizes are settings of ``settings.views``), :mod:`.cron` and :mod:`.pem` (value checks).
 """
 
@@ -28,8 +28,6 @@ from shared.settings.flat import (
     CONFIG_ENV,
     ENV_PREFIX,
     FAILPOINT_ENV,
-    FLAT_NAMES,
-    GROUPS,
     NOT_SETTINGS,
     SettingsError,
     config_file,
@@ -42,6 +40,8 @@ from shared.settings.flat import (
     unknown_environment,
 )
 from shared.settings.groups import (
+    FLAT_NAMES,
+    GROUPS,
     BatchSettings,
     DemoSettings,
     KafkaSettings,

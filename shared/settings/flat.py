@@ -1,7 +1,7 @@
-"""Flat names: each setting's one name outside code, the ``lambdaline.toml`` key and,
-upper-cased after ``LAMBDALINE_``, the environment variable (``window``,
-``LAMBDALINE_WINDOW``), mapped to its group and field; and settings read by them from
-the environment and the settings file, with errors that name them."""
+"""Settings read by their flat names (:data:`shared.settings.groups.FLAT_NAMES`: each
+setting's one name outside code, the ``lambdaline.toml`` key and, upper-cased after
+``LAMBDALINE_``, the environment variable) from the environment and the settings file,
+with errors that name them."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import difflib
 import os
 import re
 import tomllib
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 
@@ -26,7 +26,7 @@ from pydantic_settings import (
 )
 
 from shared.domain.topics import Topics
-from shared.settings.groups import Settings, SettingsGroup, TopicNames
+from shared.settings.groups import FLAT_NAMES, GROUPS, Settings, TopicNames, flat_layout
 from shared.settings.views import VIEW_MODULES_ENV
 
 ENV_PREFIX = "LAMBDALINE_"
@@ -40,31 +40,6 @@ not a setting."""
 
 NOT_SETTINGS = frozenset({CONFIG_ENV, FAILPOINT_ENV, VIEW_MODULES_ENV})
 """``LAMBDALINE_*`` variables that are read elsewhere, not by :class:`Settings`."""
-
-
-GROUPS: Mapping[str, type[SettingsGroup]] = {
-    name: field.annotation
-    for name, field in Settings.model_fields.items()
-    if isinstance(field.annotation, type) and issubclass(field.annotation, SettingsGroup)
-}
-"""The groups of :class:`Settings` by attribute name: ``kafka``, ``spark``, ``views``, ..."""
-
-
-def flat_layout() -> Iterator[tuple[str, str | None, str]]:
-    """(flat name, group or None, field) of every setting, in declaration order."""
-    for name in Settings.model_fields:
-        group = GROUPS.get(name)
-        if group is None:
-            yield name, None, name
-            continue
-        for field in group.model_fields:
-            yield group.flat_name(field), name, field
-
-
-FLAT_NAMES: Mapping[str, tuple[str, str]] = {
-    flat_name: (group, field) for flat_name, group, field in flat_layout() if group is not None
-}
-"""A grouped setting's (group, field) by its flat name: ``window`` -> (``views``, ``window``)."""
 
 
 def setting_field(flat_name: str) -> FieldInfo:

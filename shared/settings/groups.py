@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Self
@@ -577,8 +577,6 @@ class Settings(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _flat_names_to_groups(cls, data: Any) -> Any:
-        from shared.settings.flat import FLAT_NAMES  # built from this class
-
         if not isinstance(data, Mapping):
             return data
         grouped = {name: value for name, value in data.items() if name not in FLAT_NAMES}
@@ -592,8 +590,6 @@ class Settings(BaseModel):
 
     def flat(self) -> dict[str, Any]:
         """Every setting by its flat name (the settings file's keys), groups opened up."""
-        from shared.settings.flat import flat_layout  # built from this class
-
         values: dict[str, Any] = {}
         for flat_name, group, field in flat_layout():
             holder = self if group is None else getattr(self, group)
@@ -602,8 +598,6 @@ class Settings(BaseModel):
 
     def updated(self, **changes: Any) -> Settings:
         """These settings with some changed (by flat name, or a whole group), validated."""
-        from shared.settings.flat import FLAT_NAMES  # built from this class
-
         # a whole group replaces its own flat names, which would otherwise win over it
         kept = {
             name: value
@@ -658,3 +652,30 @@ class Settings(BaseModel):
         """This generation's batch store (its ``CURRENT`` and versions)."""
         root = self.batch_store_root
         return root if self.generation == 1 else root / "generations" / f"{self.generation:04d}"
+
+
+# --- the flat names, built from Settings ---------------------------------------------------
+
+GROUPS: Mapping[str, type[SettingsGroup]] = {
+    name: field.annotation
+    for name, field in Settings.model_fields.items()
+    if isinstance(field.annotation, type) and issubclass(field.annotation, SettingsGroup)
+}
+"""The groups of :class:`Settings` by attribute name: ``kafka``, ``spark``, ``views``, ..."""
+
+
+def flat_layout() -> Iterator[tuple[str, str | None, str]]:
+    """(flat name, group or None, field) of every setting, in declaration order."""
+    for name in Settings.model_fields:
+        group = GROUPS.get(name)
+        if group is None:
+            yield name, None, name
+            continue
+        for field in group.model_fields:
+            yield group.flat_name(field), name, field
+
+
+FLAT_NAMES: Mapping[str, tuple[str, str]] = {
+    flat_name: (group, field) for flat_name, group, field in flat_layout() if group is not None
+}
+"""A grouped setting's (group, field) by its flat name: ``window`` -> (``views``, ``window``)."""
