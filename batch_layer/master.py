@@ -46,7 +46,6 @@ from shared.domain.validation import (
     DEAD_LETTER_SCHEMA,
     RAW_COLUMNS,
     SOURCE_COLUMNS,
-    bounded_raw,
     classify_records,
     split_classified,
 )
@@ -434,25 +433,13 @@ def read_events(
 
 
 def read_dead_letters(
-    spark: SparkSession, master: MasterDataset, dates: Iterable[date], dead_letter_bytes: int
+    spark: SparkSession, master: MasterDataset, dates: Iterable[date]
 ) -> DataFrame:
-    """The master dataset's dead letters whose record timestamp falls on the given dates,
-    their raw bytes bounded to ``dead_letter_bytes`` (``ViewSettings.dead_letter_bytes``)."""
+    """The master dataset's dead letters whose record timestamp falls on the given dates
+    (their raw bytes bounded as the ingest wrote them: ``ViewSettings.dead_letter_bytes``)."""
     location = master.dead_letters
     wanted = sorted(set(dates))
     if not wanted or not hadoop_files.glob(spark, location):
         return spark.createDataFrame([], MASTER_DEAD_LETTER_SCHEMA)
     frame = spark.read.schema(MASTER_DEAD_LETTER_SCHEMA).parquet(location)
-    return _bounded_raw(frame.where(F.col(RECORD_DATE).isin(wanted)), dead_letter_bytes)
-
-
-def _bounded_raw(dead_letters: DataFrame, dead_letter_bytes: int) -> DataFrame:
-    """Dead letters with their raw bytes bounded as ``split_classified`` bounds them:
-    a master dataset of an earlier release stored them whole (and no length or hash)."""
-    bounded = {}
-    for name in RAW_COLUMNS:
-        prefix, length, sha256 = bounded_raw(name, dead_letter_bytes)
-        bounded[name] = prefix
-        bounded[f"{name}_length"] = F.coalesce(F.col(f"{name}_length"), length)
-        bounded[f"{name}_sha256"] = F.coalesce(F.col(f"{name}_sha256"), sha256)
-    return dead_letters.withColumns(bounded)
+    return frame.where(F.col(RECORD_DATE).isin(wanted))

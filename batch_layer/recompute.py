@@ -235,7 +235,7 @@ def recompute(
         if view.spanning:
             day = F.to_date(view.spec.time_column)
             rows[view.name] = rows[view.name].where(day.isin(sorted(dates)))
-    rows[DEAD_LETTERS] = master.read_dead_letters(spark, dataset, dates, views.dead_letter_bytes)
+    rows[DEAD_LETTERS] = master.read_dead_letters(spark, dataset, dates)
     return rows
 
 

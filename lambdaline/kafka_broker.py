@@ -641,22 +641,10 @@ def _ports(ports: set[int]) -> str:
     return str(low) if low == high else f"{low}-{high}"
 
 
-def _check_layout(settings: Settings) -> None:
-    """Refuse to start beside a single broker's data of the layout without ``node-<i>``."""
-    earlier = settings.kafka_dir / "data"
-    if (earlier / "meta.properties").exists():
-        raise BrokerError(
-            f"{earlier} holds a broker's data in an earlier layout; each node now keeps its "
-            f"own under {settings.kafka_dir}/node-<i>: move it to "
-            f"{BrokerPaths.of(settings, 1).data} to keep it (after `kafka stop`), or delete it"
-        )
-
-
 def start(settings: Settings) -> BrokerStatus:
     """Start every node of the cluster that does not run; return once every node has
     joined. Idempotent: it restarts a node that died and leaves running ones alone."""
     check_security_settings(settings.kafka)
-    _check_layout(settings)
     cluster = nodes(settings.kafka)
     formatted = _formatted_nodes(settings)
     if formatted and max(formatted) > len(cluster):

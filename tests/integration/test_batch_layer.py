@@ -633,9 +633,9 @@ def test_kill_9_between_an_ingest_write_and_its_commit_loses_and_doubles_nothing
         TOLL_ENTRY.name: len(ThreeDays.ENTRIES), TOLL_EXIT.name: len(ThreeDays.EXITS),
         VEHICLE_REGISTRATION.name: len(ThreeDays.REGISTRATIONS),
     }  # fmt: skip
-    assert read_dead_letters(
-        spark, MasterDataset.of(settings), ALL_DAYS, settings.views.dead_letter_bytes
-    ).count() == len(ThreeDays.MALFORMED)
+    assert read_dead_letters(spark, MasterDataset.of(settings), ALL_DAYS).count() == len(
+        ThreeDays.MALFORMED
+    )
     assert batch_rows(settings, "booth_stats") == ThreeDays.BOOTH_STATS
     assert batch_rows(settings, "vehicle_trips") == ThreeDays.VEHICLE_TRIPS
     assert batch_rows(settings, "expired_registrations") == ThreeDays.EXPIRED_REGISTRATIONS
