@@ -119,10 +119,12 @@ def _seconds_since_start() -> float:
 INTERPRETED_CONF = {
     # a unit test's query reads a few rows once: Spark's generated Java for it (the
     # decode's stage is ~330 KB) costs more to compile than the rows do to interpret,
-    # and the JIT's optimising tier more than it saves. Without both, the unit tests
-    # on Spark took 45 CPU-seconds in place of 82 (serially, on this 2-core machine)
+    # and the JIT's optimising tier costs more than it saves. Interpreted, on the JIT's
+    # first tier, the unit tests on Spark took 49 CPU-seconds where they took 82
+    # (serially, on this 2-core machine; docs/CONTRIBUTING.md)
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+    # in place of the speed job's options (a code cache kept for days of running)
     "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
 }
 """A session of the unit tests alone: their queries interpreted rather than compiled."""
