@@ -10,11 +10,12 @@ window, a visit), so recomputing date *d* needs:
   hopping window, a visit) those of the days either side: a window or a visit that
   starts on *d* may end on *d* + 1, and an entry just after midnight may belong
   to a visit of *d* - 1. A visit is computed from the entries up to the end of
-  *d* + 1: one whose entries stay under ``session_gap`` apart for longer than
+  *d* + 1: one whose entries stay under its gap apart for longer than
   that is cut there;
-- the exits of *d* up to *d* + ``max_trip`` (a trip may end after midnight);
-- every registration up to the end of *d* (an entry's registration may have
-  been recorded days earlier; the latest one before the entry applies).
+- the events a view looks up, of the dates in its reach (``View.reaches``): a best
+  match's right events, of the days its interval spans from *d* (exits up to days
+  after the entries they end, registrations from days before the entries they
+  apply to).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from batch_layer import master
 from batch_layer.master import MasterDataset
 from shared.domain.events import EVENT_TYPES, TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION, EventType
 from shared.domain.validation import SOURCE_COLUMNS
-from shared.domain.views import compute_views, read_columns
+from shared.domain.views import Reaches, compute_views, reaches_of, read_columns
 from shared.domain.views.rules import COUNTED_INPUTS, without_duplicates
 from shared.domain.views.view import Inputs
 from shared.settings import ViewSettings
@@ -101,10 +102,14 @@ def _around(day: date) -> set[date]:
 
 
 def days_spanned(duration: timedelta) -> int:
-    """How many days after its start's date a span this long may end on (``max_trip``:
-    a trip's exit after its entry; ``registration_lookback``: the last entry a
-    registration applies to)."""
+    """How many days after its start's date a span this long may end on."""
     return math.ceil(duration / timedelta(days=1))
+
+
+def _day_offsets(reach: tuple[timedelta, timedelta]) -> tuple[int, int]:
+    """The first and last day, relative to a row's date, an event in ``reach`` may be of."""
+    day = timedelta(days=1)
+    return math.floor(reach[0] / day), math.ceil(reach[1] / day)
 
 
 def dates_to_recompute(
@@ -114,8 +119,7 @@ def dates_to_recompute(
     published_horizon: date | None,
     published_ingest_batch: int | None,
     lookback_days: int,
-    max_trip: timedelta,
-    registration_lookback: timedelta,
+    reaches: Reaches,
     rows_start_before: timedelta,
     views_changed: bool = False,
 ) -> list[date]:
@@ -135,10 +139,10 @@ def dates_to_recompute(
 
     Records change these dates: an entry its own date and the days either side
     (a window or a visit of the day before may hold it; it may join a visit of
-    the next day to one of its own); an exit its date and the
-    ``max_trip`` days before (the trips it may end); a registration its date
-    and the ``registration_lookback`` days after (the entries it may apply
-    to); a dead letter its date.
+    the next day to one of its own); an event a view looks up, the dates of the
+    rows it is in ``reaches`` of (an exit the days before it, back to the entries
+    whose trip it may end; a registration the days after it, up to the last entry
+    it may apply to); a dead letter its date.
     """
     windows_back = days_spanned(rows_start_before)
     with_rows = inventory.dates() | {
@@ -161,11 +165,12 @@ def dates_to_recompute(
     for day in inventory.touched(TOLL_ENTRY.name, after):
         touched |= _around(day)
     touched |= inventory.touched(DEAD_LETTERS, after)
-    for day in inventory.touched(TOLL_EXIT.name, after):
-        touched |= _days(day - timedelta(days=days_spanned(max_trip)), day)
-    for day in inventory.touched(VEHICLE_REGISTRATION.name, after):
-        last_applied = day + timedelta(days=days_spanned(registration_lookback))
-        touched |= _days(day, max(day, min(last_applied, run_date)))
+    for event_type, reach in reaches.items():
+        nearest, farthest = _day_offsets(reach)
+        for day in inventory.touched(event_type, after):
+            # the rows whose reach holds the day: dated from `farthest` days before it
+            earliest, latest = day - timedelta(days=farthest), day - timedelta(days=nearest)
+            touched |= _days(earliest, max(earliest, min(latest, run_date)))
 
     # by distance, not by a first date: any lookback is valid (a huge one recomputes everything)
     lookback = {day for day in with_data if (run_date - day).days < lookback_days}
@@ -210,26 +215,22 @@ def recompute(
 
     The frames are lazy and share persisted inputs: collect them, then call
     :func:`release`. Entries are read for these dates (and the days either side
-    for the views whose rows span time), exits up to ``max_trip`` days later,
-    registrations from ``registration_lookback`` days before the first to the
-    last.
+    for the views whose rows span time), the events the views look up for the
+    dates in their reach (``View.reaches``).
     """
     sizes = views.sizes
-    first, last = min(dates, default=date.min), max(dates, default=date.min)
-    exit_dates = {
-        day + timedelta(days=n) for day in dates for n in range(days_spanned(sizes["max_trip"]) + 1)
-    }
-    lookback_days = days_spanned(sizes["registration_lookback"])
-    registration_dates = {
-        day
-        for day, _ in inventory.parts.get(VEHICLE_REGISTRATION.name, ())
-        if (day - first).days >= -lookback_days and day <= last
+    in_reach = {
+        event_type: _in_reach(inventory, event_type, reach, dates)
+        for event_type, reach in reaches_of(REGISTERED, sizes).items()
     }
     entries = _events(spark, dataset, TOLL_ENTRY, dates, persist=True)
-    around = set().union(*(_around(day) for day in dates))
+    around = set().union(*(_around(day) for day in dates), in_reach.pop(TOLL_ENTRY.name, set()))
     spanning = _events(spark, dataset, TOLL_ENTRY, around, persist=True)
-    exits = _events(spark, dataset, TOLL_EXIT, exit_dates)
-    registrations = _events(spark, dataset, VEHICLE_REGISTRATION, registration_dates)
+    looked_up = {
+        event_type.name: _events(spark, dataset, event_type, in_reach.get(event_type.name, set()))
+        for event_type in (TOLL_EXIT, VEHICLE_REGISTRATION)
+    }
+    exits, registrations = looked_up[TOLL_EXIT.name], looked_up[VEHICLE_REGISTRATION.name]
     rows = compute_views(REGISTERED, Inputs(entries, exits, registrations, spanning), sizes)
     for view in REGISTERED:  # spanning: the rows of the dates asked for, the others lack entries
         if view.spanning:
@@ -237,6 +238,15 @@ def recompute(
             rows[view.name] = rows[view.name].where(day.isin(sorted(dates)))
     rows[DEAD_LETTERS] = master.read_dead_letters(spark, dataset, dates)
     return rows
+
+
+def _in_reach(
+    inventory: Inventory, event_type: str, reach: tuple[timedelta, timedelta], dates: list[date]
+) -> set[date]:
+    """The dates of ``event_type``'s partitions in ``reach`` of any of ``dates``."""
+    first, last = _day_offsets(reach)
+    wanted = {day + timedelta(days=n) for day in dates for n in range(first, last + 1)}
+    return {day for day, _ in inventory.parts.get(event_type, ()) if day in wanted}
 
 
 def release(spark: SparkSession) -> None:

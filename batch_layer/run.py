@@ -25,6 +25,7 @@ from batch_layer import ingest_log, master
 from batch_layer.corrections import read_speed_side
 from batch_layer.publish import empty_store_tables, publish_version, run_lock
 from batch_layer.recompute import dates_to_recompute, read_inventory, recompute, release
+from shared.domain.views import reaches_of
 from shared.platform import topic_ids
 from shared.platform.batch_store import (
     STORE_TABLE_BY_NAME,
@@ -222,8 +223,7 @@ def run_batch(
                 published_horizon=published.horizon.date() if published else None,
                 published_ingest_batch=published.ingest_batch if published else None,
                 lookback_days=lookback_days,
-                max_trip=sizes["max_trip"],
-                registration_lookback=sizes["registration_lookback"],
+                reaches=reaches_of(REGISTERED, sizes),
                 rows_start_before=max(view.starts_before(sizes) for view in REGISTERED),
                 views_changed=report.views_changed or bool(report.views_added),
             )

@@ -94,7 +94,7 @@ def main() -> None:
     raw.count()
     views = settings.views
     decoded = decode_together(raw, settings.topics, views.max_future_skew, views.dead_letter_bytes)
-    rows = operator_input(decoded, timedelta(minutes=2))
+    rows = operator_input(decoded, timedelta(minutes=2), views.sizes)
     read = raw.select(F.length("value").alias("n"), "topic")
     per_record = []
     for run in range(args.runs + 1):

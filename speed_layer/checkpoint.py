@@ -2,8 +2,8 @@
 with, over the speed store it wrote; and starting the speed layer over.
 
 Spark keeps each query's state (open windows, entries waiting for an exit)
-in the checkpoint, but not the settings that shaped it: restarted with another
-``window`` or ``max_trip``, the job would go on from the old state without a
+in the checkpoint, but not the settings that shaped it: restarted with other view
+sizes, the job would go on from the old state without a
 word and write rows of the new shape beside the old ones in the speed store,
 where the serving layer would add both up. So the first start records
 ``Settings.views.labels`` in ``<checkpoints>/speed/view_settings.json`` and

@@ -150,7 +150,7 @@ def speed_reset(
         f"Deleted {gone} and {len(done.topics)} topics; the speed-store topics are empty. "
         "`lambdaline speed run` now computes every view from the input topics' earliest "
         "records. Running API processes notice the new topics and read them from the start; "
-        "if `window` or `max_trip` changed, restart them with the new settings too.",
+        "if the view sizes changed, restart them with the new settings too.",
         highlight=False,
     )
 

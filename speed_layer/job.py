@@ -24,6 +24,7 @@ from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 from shared.domain.events import EVENT_TYPES, TOLL_ENTRY, EventType
 from shared.domain.validation import decode_records, decode_together
+from shared.domain.views import reaches_of
 from shared.domain.views.rules import COUNTED_INPUTS, without_duplicates
 from shared.domain.views.view import Inputs, Lane
 from shared.platform.logs import log_event
@@ -178,17 +179,17 @@ def _started(
 
 
 def input_starts(settings: Settings, replay_from: datetime | None) -> dict[str, datetime]:
-    """Where a new checkpoint reads each input topic from, by record time: entries and
-    exits from ``replay_from``, registrations ``registration_lookback`` before (an entry
-    takes the latest registration of that long before it). None: every offset."""
+    """Where a new checkpoint reads each input topic from, by record time: from
+    ``replay_from``, and an event type the views look up before the entries they match
+    that much earlier (``View.reaches``: registrations, the lookback before the
+    entries). None: every offset."""
     if replay_from is None:
         return {}
-    topics = settings.topics
-    lookback = settings.views.sizes["registration_lookback"]
+    reaches = reaches_of(REGISTERED, settings.views.sizes)
     return {
-        topics.entries: replay_from,
-        topics.exits: replay_from,
-        topics.registrations: replay_from - lookback,
+        settings.topics.of(event_type): replay_from
+        + min(timedelta(0), *reaches.get(event_type.name, ()))
+        for event_type in EVENT_TYPES
     }
 
 
@@ -233,7 +234,8 @@ def run(
         decoded = decode_together(
             raw(*EVENT_TYPES), settings.topics, views.max_future_skew, views.dead_letter_bytes
         )
-        first_phase.append((views_writer(operator_input(decoded, views.watermark), settings), fast))
+        rows = operator_input(decoded, views.watermark, views.sizes)
+        first_phase.append((views_writer(rows, settings), fast))
     # a view of its own: its function over the watermarked, deduplicated entries
     second_phase = []
     for view in REGISTERED:

@@ -8,8 +8,8 @@ query has dropped as late since its store began: a job started again goes on
 from its latest record's count. A micro-batch whose record was not sent before
 the driver died is not counted (the next batch run's corrections report it as
 rows only in batch). It also carries the job's
-``view_settings`` (window, max_trip): the serving layer compares them with its
-own, since it labels and checks granularities by its own window.
+``view_settings`` (the view sizes): the serving layer compares them with its
+own, since it labels and checks granularities by its own.
 
 The publisher hears Spark's query events through :func:`listening`, as Spark's
 own JSON of each event, not through PySpark's ``StreamingQueryListener``: that

@@ -13,6 +13,8 @@ a restart never double counts.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.readwriter import DataStreamWriter
@@ -54,15 +56,22 @@ was a new class, compiled (on the driver and again in a task) and kept in Spark'
 cache of compiled classes, pushing the classes that do not change out of it."""
 
 
-def record_key(view: ViewSpec) -> Column:
-    """A speed record's key: the JSON of the row's ``record_key`` columns."""
-    return _json([F.col(name) for name in view.record_key])
+def _column(name: str, columns: Mapping[str, Column] | None) -> Column:
+    return F.col(name) if columns is None else columns[name].alias(name)
 
 
-def record_value(view: ViewSpec, version: Column) -> Column:
+def record_key(view: ViewSpec, columns: Mapping[str, Column] | None = None) -> Column:
+    """A speed record's key: the JSON of the row's ``record_key`` columns (``columns``: each
+    by name, where they are not the frame's own)."""
+    return _json([_column(name, columns) for name in view.record_key])
+
+
+def record_value(
+    view: ViewSpec, version: Column, columns: Mapping[str, Column] | None = None
+) -> Column:
     """A speed record's value: the JSON of the row's ``record_columns`` and its version."""
     return _json(
-        [*(F.col(column.name) for column in view.record_columns), version.alias("version")]
+        [*(_column(c.name, columns) for c in view.record_columns), version.alias("version")]
     )
 
 

@@ -22,15 +22,11 @@ from pyspark.sql import functions as F
 from lambdaline.generator import GeneratorConfig, send_to_kafka
 from shared.domain.events import TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION
 from shared.domain.validation import decode_records
-from shared.domain.views.booth_rolling import booth_rolling
-from shared.domain.views.booth_stats import booth_stats
-from shared.domain.views.diagnostics import diagnostics
-from shared.domain.views.expired_registrations import expired_registrations
+from shared.domain.views import VIEW_MODULES
 from shared.domain.views.rules import without_duplicates
-from shared.domain.views.vehicle_trips import vehicle_trips
-from shared.domain.views.vehicle_visits import vehicle_visits
+from shared.domain.views.view import Inputs
 from shared.settings import Settings
-from shared.settings.views import VIEW_BY_NAME
+from shared.settings.views import REGISTERED, VIEW_BY_NAME
 from speed_layer import job
 from speed_layer.speed_store import JSON_OPTIONS
 from tests.integration.helpers import (
@@ -89,22 +85,11 @@ def test_speed_views_equal_the_static_view_functions(
     exits = without_duplicates(decoded.of(TOLL_EXIT)).cache()
     registrations = without_duplicates(decoded.of(VEHICLE_REGISTRATION)).cache()
     sizes = settings.views.sizes
+    inputs = Inputs(entries, exits, registrations)
+    by_name = {view.name: view for view in REGISTERED}
     truth = {
-        "booth_stats": booth_stats(entries, sizes["window"]),
-        "booth_rolling": booth_rolling(entries, sizes["rolling_window"], sizes["rolling_slide"]),
-        "vehicle_visits": vehicle_visits(entries, sizes["session_gap"]),
-        "vehicle_trips": vehicle_trips(entries, exits, sizes["max_trip"]),
-        "expired_registrations": expired_registrations(
-            entries, registrations, sizes["registration_lookback"]
-        ),
-        "diagnostics": diagnostics(
-            entries,
-            exits,
-            registrations,
-            sizes["window"],
-            sizes["max_trip"],
-            sizes["registration_lookback"],
-        ),
+        name: by_name[name].compute(inputs, sizes)
+        for name in (module.rsplit(".", 1)[1] for module in VIEW_MODULES)
     }
     for view, frame in truth.items():
         expected = without_closing(as_speed_rows(frame, view))

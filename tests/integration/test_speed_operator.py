@@ -20,9 +20,12 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from shared.domain.validation import decode_together
+from shared.domain.views.view import View
 from shared.settings import Settings
+from shared.settings.views import REGISTERED
 from speed_layer.operator import apply_operator, operator_config, operator_input, operator_records
-from tests.scenarios import RAW_SCHEMA, Record, entry, exit_, registration
+from tests.scenarios import RAW_SCHEMA, Record, entry, entry_value, exit_, registration
+from tests.views import declared
 
 pytestmark = pytest.mark.integration
 
@@ -82,22 +85,31 @@ def _raw(batch: list[tuple[str, Record]], first_offset: int) -> list[tuple[Any, 
     ]  # fmt: skip
 
 
-def _plan(spark: SparkSession, source: Path) -> DataFrame:
+def _plan(spark: SparkSession, source: Path, views: tuple[View, ...]) -> DataFrame:
     raw = spark.readStream.schema(RAW_SCHEMA).parquet(str(source))
-    views = SETTINGS.views
-    decoded = decode_together(raw, TOPICS, views.max_future_skew, views.dead_letter_bytes)
-    found = apply_operator(operator_input(decoded, views.watermark), operator_config(views.sizes))
-    return operator_records(found, SETTINGS)
+    given = SETTINGS.views
+    sizes = {**{size.name: size.default for view in views for size in view.sizes}, **given.sizes}
+    decoded = decode_together(raw, TOPICS, given.max_future_skew, given.dead_letter_bytes)
+    found = apply_operator(
+        operator_input(decoded, given.watermark, sizes, views), operator_config(sizes, views)
+    )
+    return operator_records(found, SETTINGS, views)
 
 
 @pytest.fixture(scope="module")
 def runs(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Any]]:
     """The records of each available-now run, parsed: (topic, key, value)."""
-    folder = tmp_path_factory.mktemp("speed-operator")
+    yield _runs(spark, tmp_path_factory.mktemp("speed-operator"), (FIRST, SECOND), REGISTERED)
+
+
+def _runs(
+    spark: SparkSession, folder: Path, batches: tuple[list[tuple[str, Record]], ...],
+    views: tuple[View, ...],
+) -> list[Any]:  # fmt: skip
     source, checkpoint = folder / "input", folder / "checkpoint"
     written: list[list[tuple[str, Any, Any]]] = []
     offset = 0
-    for batch in (FIRST, SECOND):
+    for batch in batches:
         spark.createDataFrame(_raw(batch, offset), RAW_SCHEMA).coalesce(1).write.mode(
             "append"
         ).parquet(str(source))
@@ -108,7 +120,7 @@ def runs(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Itera
             into.extend((r.topic, r.key, r.value) for r in rows.collect())
 
         query = (
-            _plan(spark, source)
+            _plan(spark, source, views)
             .writeStream.foreachBatch(collect)
             .option("checkpointLocation", str(checkpoint))
             .trigger(availableNow=True)
@@ -123,7 +135,7 @@ def runs(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Itera
                 for topic, key, value in records
             ]
         )  # fmt: skip
-    yield written
+    return written
 
 
 def of(records: list[Any], topic: str) -> list[tuple[Any, Any]]:
@@ -257,3 +269,73 @@ def test_a_dead_letter_passes_through(runs: list[Any]) -> None:
         "not json",
         14,
     )
+
+
+def _typed_entry(event_id: str, booth: str, plate: str, at: str, toll: str, kind: int) -> Record:
+    value = json.loads(entry_value(event_id, booth, plate, at, toll))
+    value["vehicle_type"] = kind
+    return plate.encode(), json.dumps(value).encode(), at
+
+
+DECLARED_FIRST: list[tuple[str, Record]] = [
+    (TOPICS.entries, _typed_entry("n1", "bA", "PN", "2026-01-05T10:00:00.000Z", "2.50", 1)),
+    # two next entries of n1 at one time: the lesser event id wins; each is the other's next
+    (TOPICS.entries, _typed_entry("n2", "bB", "PN", "2026-01-05T10:30:00.000Z", "4.00", 2)),
+    (TOPICS.entries, _typed_entry("n3", "bA", "PN", "2026-01-05T10:30:00.000Z", "1.00", 1)),
+    # another plate, entered once: no next entry, and no diagnostic either
+    (TOPICS.entries, _typed_entry("n4", "bA", "PQ", "2026-01-05T10:05:00.000Z", "0.75", 1)),
+]
+"""The declared views' first micro-batch; the watermark then moves to 10:28."""
+
+DECLARED_SECOND: list[tuple[str, Record]] = [
+    # late (at or before 10:28): not n1's next entry, not in a roll-up window
+    (TOPICS.entries, _typed_entry("n5", "bA", "PN", "2026-01-05T10:10:00.000Z", "9.00", 1)),
+    # after n2 and n3: better for none of them
+    (TOPICS.entries, _typed_entry("n6", "bA", "PN", "2026-01-05T11:00:00.000Z", "3.00", 2)),
+    (TOPICS.entries, _typed_entry("z2", "bZ", "PZ", "2026-01-05T13:00:00.000Z", "2.50", 1)),
+]
+
+
+@pytest.fixture(scope="module")
+def declared_runs(
+    spark: SparkSession, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[list[Any]]:
+    """The records of ``tests.views.declared``'s views alone through the operator."""
+    folder = tmp_path_factory.mktemp("speed-operator-declared")
+    yield _runs(spark, folder, (DECLARED_FIRST, DECLARED_SECOND), declared.VIEWS)
+
+
+def test_a_declared_roll_up_groups_by_its_own_keys_and_takes_no_late_entry(
+    declared_runs: list[Any],
+) -> None:
+    latest: dict[tuple[Any, ...], Any] = {}
+    for records in declared_runs:
+        for key, value in of(records, TOPICS.speed("tolls_by_type")):
+            latest[(key["booth_id"], key["vehicle_type"], key["window_start"])] = value[
+                "total_toll"
+            ]
+    assert latest == {
+        ("bA", 1, "2026-01-05T10:00:00.000Z"): Decimal("3.25"),  # n1, n4; not n5
+        ("bA", 1, "2026-01-05T10:30:00.000Z"): Decimal("1.00"),
+        ("bB", 2, "2026-01-05T10:30:00.000Z"): Decimal("4.00"),
+        ("bA", 2, "2026-01-05T11:00:00.000Z"): Decimal("3.00"),
+        ("bZ", 1, "2026-01-05T13:00:00.000Z"): Decimal("2.50"),
+    }
+
+
+def test_a_declared_best_match_over_its_own_events_breaks_ties_and_skips_itself(
+    declared_runs: list[Any],
+) -> None:
+    first, second = (of(records, TOPICS.speed("next_entries")) for records in declared_runs)
+    assert sorted(
+        (key["license_plate"], key["entry_time"], value["next_entry_time"], value["next_booth_id"],
+         value["next_event_id"])
+        for key, value in first
+    ) == [
+        ("PN", "2026-01-05T10:00:00.000Z", "2026-01-05T10:30:00.000Z", "bB", "n2"),
+        ("PN", "2026-01-05T10:30:00.000Z", "2026-01-05T10:30:00.000Z", "bA", "n3"),  # n2's
+        ("PN", "2026-01-05T10:30:00.000Z", "2026-01-05T10:30:00.000Z", "bB", "n2"),  # n3's
+    ]  # fmt: skip
+    assert second == []  # n5 was late; n6 beats no candidate; a missing one writes nothing
+    assert not [r for records in declared_runs for r in records if r[0] not in (
+        TOPICS.speed("tolls_by_type"), TOPICS.speed("next_entries"))]  # fmt: skip

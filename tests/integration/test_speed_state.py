@@ -66,7 +66,8 @@ def test_registration_state_of_one_plate_stays_within_the_lookback(
     assert max(len(state.get("p:P1", [])) for state in registrations) <= PER_TYPE + 2
     assert PER_TYPE + 2 < LOOKBACK // EVERY
     # the last is kept: an entry of the next lookback would still use it
-    assert max(r.registration_id for r in registrations[-1]["p:P1"]) == f"R{SENT - 1}"
+    # (a held registration's strings: its registration_id, then its event id)
+    assert max(r.strings[0] for r in registrations[-1]["p:P1"]) == f"R{SENT - 1}"
     # P2's entries are held for max_trip (1 h), then leave: 60 min / 5 min + 1 of them,
     # plus the batch's own 4 and one the delay let in; exits only until the watermark
     entries = [len(held(spark, views, batch, "plate_entries").get("p:P2", [])) for batch in batches]

@@ -34,8 +34,11 @@ def choose(
     says so."""
     return dates_to_recompute(
         run_date=run_date, inventory=found, published_horizon=horizon,
-        published_ingest_batch=batch, lookback_days=lookback, max_trip=timedelta(hours=1),
-        registration_lookback=registration_lookback, rows_start_before=rolling_window,
+        published_ingest_batch=batch, lookback_days=lookback,
+        # vehicle_trips' and expired_registrations' reaches, written out
+        reaches={"toll_exit": (timedelta(0), timedelta(hours=1)),
+                 "vehicle_registration": (-registration_lookback, timedelta(0))},
+        rows_start_before=rolling_window,
         views_changed=views_changed,
     )  # fmt: skip
 

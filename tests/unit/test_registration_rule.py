@@ -1,4 +1,5 @@
-"""The registration rule (``shared.domain.views.expired_registrations.registrations_at_entry``) on static DataFrames.
+"""The registration rule (``shared.domain.views.expired_registrations.RULE``) on static DataFrames:
+the batch layer's pairs of it, and the best pair per entry by the view's rank.
 
 Every expected row is written by hand from the events listed in the test.
 """
@@ -9,7 +10,9 @@ from datetime import datetime, timedelta
 
 from pyspark.sql import DataFrame, SparkSession
 
-from shared.domain.views.expired_registrations import registrations_at_entry
+from shared.domain.views.declarations import match_pairs
+from shared.domain.views.expired_registrations import RULE, SPEC
+from shared.domain.views.rules import best_candidates
 
 ENTRY_SCHEMA = "event_id string, booth_id string, license_plate string, entry_time timestamp"
 REGISTRATION_SCHEMA = (
@@ -25,11 +28,13 @@ def lookup(
     lookback: timedelta = timedelta(days=400),
 ) -> dict[str, tuple[object, object]]:
     """event_id -> (registration_id, expired) of the rule's result."""
-    result: DataFrame = registrations_at_entry(
+    pairs = match_pairs(
+        RULE, SPEC,
         spark.createDataFrame(entries, ENTRY_SCHEMA),
         spark.createDataFrame(registrations, REGISTRATION_SCHEMA),
-        lookback,
-    )
+        {"registration_lookback": lookback},
+    )  # fmt: skip
+    result: DataFrame = best_candidates(SPEC, pairs.drop(*SPEC.key), ["event_id"])
     return {row.event_id: (row.registration_id, row.expired) for row in result.collect()}
 
 

@@ -15,12 +15,14 @@ from pyspark.sql import types as T
 from pyspark.testing import assertDataFrameEqual
 
 from shared.domain.events import TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION, EventType
-from shared.domain.views import compute_views
-from shared.domain.views.booth_stats import booth_stats
-from shared.domain.views.diagnostics import diagnostics
-from shared.domain.views.expired_registrations import expired_registrations
+from shared.domain.views import (
+    booth_stats,
+    compute_views,
+    diagnostics,
+    expired_registrations,
+    vehicle_trips,
+)
 from shared.domain.views.rules import without_duplicates
-from shared.domain.views.vehicle_trips import vehicle_trips
 from shared.domain.views.view import Inputs
 from shared.settings.views import REGISTERED
 from tests.scenarios import OneDay, Record, as_event, entry
@@ -99,7 +101,7 @@ def test_duplicates_count_once(entries: DataFrame) -> None:
 
 def test_booth_stats(entries: DataFrame) -> None:
     assertDataFrameEqual(
-        booth_stats(entries, WINDOW),
+        booth_stats.VIEW.compute(Inputs(entries), SIZES),
         [
             Row(booth_id="b1", window_start=at("10:00:00"), window_end=at("10:05:00"),
                 vehicle_count=2, total_toll=Decimal("6.50"),
@@ -120,7 +122,7 @@ def test_booth_stats(entries: DataFrame) -> None:
 
 def test_vehicle_trips(entries: DataFrame, exits: DataFrame) -> None:
     assertDataFrameEqual(
-        vehicle_trips(entries, exits, MAX_TRIP),
+        vehicle_trips.VIEW.compute(Inputs(entries, exits), SIZES),
         [
             Row(booth_id="b1", license_plate="P1", entry_time=at("10:00:10"),
                 exit_time=at("10:12:00"), duration_seconds=710.0),
@@ -135,7 +137,7 @@ def test_vehicle_trips(entries: DataFrame, exits: DataFrame) -> None:
 
 def test_expired_registrations(entries: DataFrame, registrations: DataFrame) -> None:
     assertDataFrameEqual(
-        expired_registrations(entries, registrations, LOOKBACK),
+        expired_registrations.VIEW.compute(Inputs(entries, registrations=registrations), SIZES),
         [
             Row(booth_id="b1", license_plate="P2", entry_time=at("10:03:00"), registration_id="R2"),
             Row(
@@ -148,7 +150,7 @@ def test_expired_registrations(entries: DataFrame, registrations: DataFrame) -> 
 
 def test_diagnostics(entries: DataFrame, exits: DataFrame, registrations: DataFrame) -> None:
     assertDataFrameEqual(
-        diagnostics(entries, exits, registrations, WINDOW, MAX_TRIP, LOOKBACK),
+        diagnostics.VIEW.compute(Inputs(entries, exits, registrations), SIZES),
         [
             Row(booth_id="b1", window_start=at("10:00:00"), reason="missing_exit", count=1),
             Row(booth_id="b1", window_start=at("10:05:00"), reason="missing_exit", count=1),
@@ -160,7 +162,9 @@ def test_diagnostics(entries: DataFrame, exits: DataFrame, registrations: DataFr
 
 def test_window_size_is_an_argument(entries: DataFrame) -> None:
     hourly = (
-        booth_stats(entries, timedelta(hours=1)).where("booth_id = 'b1'").orderBy("window_start")
+        booth_stats.VIEW.compute(Inputs(entries), {**SIZES, "window": timedelta(hours=1)})
+        .where("booth_id = 'b1'")
+        .orderBy("window_start")
     )
     assert [(row.window_start, row.vehicle_count) for row in hourly.collect()] == [
         (at("10:00:00"), 3),

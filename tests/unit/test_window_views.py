@@ -10,9 +10,9 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from shared.domain.events import TOLL_ENTRY
-from shared.domain.views.booth_rolling import booth_rolling
+from shared.domain.views import booth_rolling, vehicle_visits
 from shared.domain.views.rules import without_duplicates
-from shared.domain.views.vehicle_visits import vehicle_visits
+from shared.domain.views.view import Inputs
 from tests.scenarios import Windows
 from tests.unit.test_views import events
 
@@ -23,7 +23,8 @@ def entries(spark: SparkSession) -> DataFrame:
 
 
 def test_an_entry_counts_in_every_hopping_window_that_holds_it(entries: DataFrame) -> None:
-    rows = booth_rolling(entries, Windows.ROLLING_WINDOW, Windows.ROLLING_SLIDE).collect()
+    sizes = {"rolling_window": Windows.ROLLING_WINDOW, "rolling_slide": Windows.ROLLING_SLIDE}
+    rows = booth_rolling.VIEW.compute(Inputs(entries), sizes).collect()
 
     assert sorted(
         (r.booth_id, r.window_start, r.window_end - r.window_start, r.vehicle_count, r.total_toll)
@@ -37,7 +38,7 @@ def test_an_entry_counts_in_every_hopping_window_that_holds_it(entries: DataFram
 def test_visits_split_by_the_gap_joined_by_an_entry_in_it_and_across_midnight(
     entries: DataFrame,
 ) -> None:
-    rows = vehicle_visits(entries, Windows.GAP).collect()
+    rows = vehicle_visits.VIEW.compute(Inputs(entries), {"session_gap": Windows.GAP}).collect()
 
     assert sorted(
         (r.license_plate, r.session_start, r.session_end, r.entry_count, r.booths, r.total_toll)

@@ -1,6 +1,7 @@
 """The views: one module each, and the registry that lists them.
 
-A view module holds ``VIEW``, a :class:`~shared.domain.views.view.View`: its rows
+A view module holds ``VIEW``, a :class:`~shared.domain.views.view.View` (or ``VIEWS``,
+several): its rows
 (spec), its Spark function (which both layers compute it with), its rule again in
 DuckDB SQL, its speed plan, its sizes and the event columns it reads
 (docs/adding-a-view.md walks through writing one). :data:`VIEW_MODULES` lists the
@@ -13,7 +14,8 @@ and the tests' oracle.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
 
 from pyspark.sql import DataFrame
 
@@ -41,12 +43,14 @@ def load_views(modules: Sequence[str]) -> tuple[View, ...]:
             module = importlib.import_module(name)
         except ImportError as error:
             raise ViewModuleError(f"view module {name!r} cannot be imported: {error}") from error
-        view = getattr(module, "VIEW", None)
-        if not isinstance(view, View):
-            raise ViewModuleError(f"view module {name!r} has no VIEW (a View)")
-        if view.name in views:
-            raise ViewModuleError(f"view {view.name!r} of {name!r} is registered twice")
-        views[view.name] = view
+        declared = getattr(module, "VIEWS", None)
+        found = declared if declared is not None else (getattr(module, "VIEW", None),)
+        if not isinstance(found, tuple) or not all(isinstance(v, View) for v in found):
+            raise ViewModuleError(f"view module {name!r} has no VIEW (a View) or VIEWS (Views)")
+        for view in found:
+            if view.name in views:
+                raise ViewModuleError(f"view {view.name!r} of {name!r} is registered twice")
+            views[view.name] = view
     sizes_of(tuple(views.values()))  # sizes of one name must be one declaration
     return tuple(views.values())
 
@@ -71,6 +75,20 @@ def read_columns(views: Sequence[View]) -> dict[str, tuple[str, ...]]:
         for event_type, names in view.reads.items():
             columns.setdefault(event_type, {}).update(dict.fromkeys(names))
     return {event_type: tuple(names) for event_type, names in columns.items()}
+
+
+Reaches = Mapping[str, tuple[timedelta, timedelta]]
+"""Per event type looked up, the interval of its events' time relative to a row's."""
+
+
+def reaches_of(views: Sequence[View], sizes: ViewSizes) -> dict[str, tuple[timedelta, timedelta]]:
+    """Per event type the views look up (``View.reaches``), the widest interval of all."""
+    reaches: dict[str, tuple[timedelta, timedelta]] = {}
+    for view in views:
+        for event_type, (start, end) in view.reaches(sizes).items():
+            known = reaches.get(event_type, (start, end))
+            reaches[event_type] = (min(start, known[0]), max(end, known[1]))
+    return reaches
 
 
 def compute_views(views: Sequence[View], inputs: Inputs, sizes: ViewSizes) -> dict[str, DataFrame]:

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
-
-from shared.domain.views.rules import MONEY_TOTAL, seconds, sql_interval
+from shared.domain.views.declarations import Measure, Measured, RollUpRule, roll_up_view
+from shared.domain.views.rules import sql_interval
 from shared.domain.views.spec import Column, ColumnType, Final, Horizon, ViewSpec
-from shared.domain.views.view import Lane, Size, SpeedPlan, View, ViewSizes
+from shared.domain.views.view import Size, ViewSizes
 
 ROLLING_WINDOW = Size(
     "rolling_window",
@@ -45,24 +43,19 @@ SPEC = ViewSpec(
 )
 
 
-def booth_rolling(entries: DataFrame, size: timedelta, slide: timedelta) -> DataFrame:
-    """Vehicles and tolls per booth in hopping windows of ``size`` that start every ``slide``
-    over entry_time: an entry counts in each of the ``size / slide`` windows holding it."""
-    hopping = F.window("entry_time", seconds(size), seconds(slide)).alias("window")
-    return (
-        entries.groupBy("booth_id", hopping)
-        .agg(
-            F.count(F.lit(1)).alias("vehicle_count"),
-            F.sum("toll").cast(MONEY_TOTAL).alias("total_toll"),
-        )
-        .select(
-            "booth_id",
-            F.col("window.start").alias("window_start"),
-            F.col("window.end").alias("window_end"),
-            "vehicle_count",
-            "total_toll",
-        )
-    )
+RULE = RollUpRule(
+    events="toll_entry",
+    keys=("booth_id",),
+    time="entry_time",
+    size=ROLLING_WINDOW,
+    slide=ROLLING_SLIDE,
+    measures=(
+        Measured("vehicle_count", Measure.COUNT),
+        Measured("total_toll", Measure.SUM, "toll"),
+    ),
+)
+"""Vehicles and tolls per booth in hopping windows of ``rolling_window`` that start every
+``rolling_slide`` over entry_time: an entry counts in each of the windows holding it."""
 
 
 def reference_sql(sizes: ViewSizes) -> str:
@@ -82,24 +75,4 @@ def reference_sql(sizes: ViewSizes) -> str:
     """
 
 
-def _slide_divides_the_window(sizes: ViewSizes) -> None:
-    # every entry is in the same number of windows, and a window starts on a
-    # multiple of the slide (so on a day's first instant too)
-    window, slide = sizes[ROLLING_WINDOW.name], sizes[ROLLING_SLIDE.name]
-    if window % slide != timedelta(0):
-        raise ValueError("rolling_slide must divide rolling_window evenly")
-
-
-VIEW = View(
-    spec=SPEC,
-    compute=lambda inputs, sizes: booth_rolling(
-        inputs.spanning, sizes[ROLLING_WINDOW.name], sizes[ROLLING_SLIDE.name]
-    ),
-    reference_sql=reference_sql,
-    speed=SpeedPlan(Lane.BOOTHS),
-    reads={"toll_entry": ("booth_id", "entry_time", "toll")},
-    sizes=(ROLLING_WINDOW, ROLLING_SLIDE),
-    spanning=True,
-    starts_before=lambda sizes: sizes[ROLLING_WINDOW.name],
-    check_sizes=_slide_divides_the_window,
-)
+VIEW = roll_up_view(SPEC, RULE, reference_sql)

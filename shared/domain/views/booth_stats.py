@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
-
-from shared.domain.views.rules import MONEY_TOTAL, seconds, sql_interval
+from shared.domain.views.declarations import Measure, Measured, RollUpRule, roll_up_view
+from shared.domain.views.rules import sql_interval
 from shared.domain.views.spec import Aggregate, Column, ColumnType, Final, RollUp, ViewSpec
-from shared.domain.views.view import Lane, Size, SpeedPlan, View, ViewSizes
+from shared.domain.views.view import Size, ViewSizes
 
 WINDOW = Size(
     "window",
@@ -47,26 +45,19 @@ SPEC = ViewSpec(
 )
 
 
-def booth_stats(entries: DataFrame, window: timedelta) -> DataFrame:
-    """Vehicles and tolls per booth in tumbling windows of ``window`` over entry_time."""
-    return (
-        entries.groupBy("booth_id", F.window("entry_time", seconds(window)).alias("window"))
-        .agg(
-            F.count(F.lit(1)).alias("vehicle_count"),
-            F.sum("toll").cast(MONEY_TOTAL).alias("total_toll"),
-            F.min("entry_time").alias("first_entry_time"),
-            F.max("entry_time").alias("last_entry_time"),
-        )
-        .select(
-            "booth_id",
-            F.col("window.start").alias("window_start"),
-            F.col("window.end").alias("window_end"),
-            "vehicle_count",
-            "total_toll",
-            "first_entry_time",
-            "last_entry_time",
-        )
-    )
+RULE = RollUpRule(
+    events="toll_entry",
+    keys=("booth_id",),
+    time="entry_time",
+    size=WINDOW,
+    measures=(
+        Measured("vehicle_count", Measure.COUNT),
+        Measured("total_toll", Measure.SUM, "toll"),
+        Measured("first_entry_time", Measure.MIN, "entry_time"),
+        Measured("last_entry_time", Measure.MAX, "entry_time"),
+    ),
+)
+"""Vehicles and tolls per booth in tumbling windows of ``window`` over entry_time."""
 
 
 def reference_sql(sizes: ViewSizes) -> str:
@@ -81,12 +72,4 @@ def reference_sql(sizes: ViewSizes) -> str:
     """
 
 
-VIEW = View(
-    spec=SPEC,
-    compute=lambda inputs, sizes: booth_stats(inputs.entries, sizes[WINDOW.name]),
-    reference_sql=reference_sql,
-    # the booth operator counts entries into buckets that make both tumbling and hopping rows
-    speed=SpeedPlan(Lane.BOOTHS),
-    reads={"toll_entry": ("booth_id", "entry_time", "toll")},
-    sizes=(WINDOW,),
-)
+VIEW = roll_up_view(SPEC, RULE, reference_sql)

@@ -4,28 +4,31 @@ the lookback), counted per booth, window and reason."""
 from __future__ import annotations
 
 from datetime import timedelta
-from enum import StrEnum
+from functools import reduce
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
+from shared.domain.views import expired_registrations, vehicle_trips
 from shared.domain.views.booth_stats import WINDOW
-from shared.domain.views.expired_registrations import (
-    AT_ENTRY,
-    REGISTRATION_COLUMNS,
-    REGISTRATION_LOOKBACK,
-    registrations_at_entry,
-    shared_at_entry,
-)
-from shared.domain.views.rules import ENTRY_COLUMNS, seconds, sql_interval
+from shared.domain.views.declarations import BestMatchRule, shared_pairs, unmatched
+from shared.domain.views.rules import seconds, sql_interval
 from shared.domain.views.spec import Column, ColumnType, Final, ViewSpec
-from shared.domain.views.vehicle_trips import MAX_TRIP, shared_trip_matches, trip_matches
-from shared.domain.views.view import Lane, SpeedPlan, View, ViewSizes
+from shared.domain.views.vehicle_trips import MAX_TRIP
+from shared.domain.views.view import Inputs, Lane, SpeedPlan, View, ViewSizes
+
+MATCHES: tuple[View, ...] = (vehicle_trips.VIEW, expired_registrations.VIEW)
+"""The best matches whose unmatched entries are counted, each under its rule's ``missing``."""
 
 
-class DiagnosticReason(StrEnum):
-    MISSING_EXIT = "missing_exit"
-    MISSING_REGISTRATION = "missing_registration"
+def missing_reason(view: View) -> str:
+    """What an entry a best match found nothing for is counted as."""
+    assert isinstance(view.rule, BestMatchRule) and view.rule.missing is not None
+    return view.rule.missing
+
+
+REASONS: tuple[str, ...] = tuple(missing_reason(view) for view in MATCHES)
+"""The diagnostics' reasons: ``missing_exit``, ``missing_registration``."""
 
 
 SPEC = ViewSpec(
@@ -45,54 +48,34 @@ SPEC = ViewSpec(
 )
 
 
-def unregistered_at_entry(at_entry: DataFrame) -> DataFrame:
-    """Diagnostic rows for entries that no registration applies to."""
-    return at_entry.where(F.col("registration_id").isNull()).select(
-        "booth_id",
-        "entry_time",
-        F.lit(DiagnosticReason.MISSING_REGISTRATION.value).alias("reason"),
+def missing(inputs: Inputs, sizes: ViewSizes) -> DataFrame:
+    """Diagnostic rows (booth_id, entry_time, reason): each entry a best match found nothing
+    for, once per match."""
+    rows = [
+        unmatched(view.spec, shared_pairs(view, inputs, sizes)).select(
+            "booth_id", "entry_time", F.lit(missing_reason(view)).alias("reason")
+        )
+        for view in MATCHES
+    ]
+    return reduce(DataFrame.unionByName, rows)
+
+
+def decided_within(sizes: ViewSizes) -> timedelta:
+    """How long after an entry the last of its diagnostics is decided: the latest end of
+    the best matches' intervals."""
+    return max(
+        view.rule.interval(sizes)[1] for view in MATCHES if isinstance(view.rule, BestMatchRule)
     )
 
 
-def missing_exits(entries: DataFrame, exits: DataFrame, max_trip: timedelta) -> DataFrame:
-    """Diagnostic rows for entries with no exit within max_trip."""
-    return unmatched_entries(trip_matches(entries, exits, max_trip, "left_outer"))
-
-
-def unmatched_entries(matches: DataFrame) -> DataFrame:
-    """Diagnostic rows for the entries a left outer ``trip_matches`` found no exit for."""
-    return matches.where(F.col("exit_time").isNull()).select(
-        "booth_id", "entry_time", F.lit(DiagnosticReason.MISSING_EXIT.value).alias("reason")
-    )
-
-
-def count_diagnostics(rows: DataFrame, window: timedelta) -> DataFrame:
+def count_diagnostics(rows: DataFrame, sizes: ViewSizes) -> DataFrame:
     """``diagnostics``: diagnostic rows counted per booth, entry window and reason."""
+    window = sizes[WINDOW.name]
     return (
         rows.groupBy("booth_id", F.window("entry_time", seconds(window)).alias("window"), "reason")
         .agg(F.count(F.lit(1)).alias("count"))
         .select("booth_id", F.col("window.start").alias("window_start"), "reason", "count")
     )
-
-
-def diagnostics_from(exitless: DataFrame, at_entry: DataFrame, window: timedelta) -> DataFrame:
-    """``diagnostics`` from the entries missing an exit (:func:`missing_exits`) and the
-    entries' registration lookup (``registrations_at_entry``)."""
-    return count_diagnostics(exitless.unionByName(unregistered_at_entry(at_entry)), window)
-
-
-def diagnostics(
-    entries: DataFrame,
-    exits: DataFrame,
-    registrations: DataFrame,
-    window: timedelta,
-    max_trip: timedelta,
-    lookback: timedelta,
-) -> DataFrame:
-    """Counts of entries that miss an exit (within max_trip) or a registration (within
-    the lookback), per window."""
-    at_entry = registrations_at_entry(entries, registrations, lookback)
-    return diagnostics_from(missing_exits(entries, exits, max_trip), at_entry, window)
 
 
 def reference_sql(sizes: ViewSizes) -> str:
@@ -117,21 +100,24 @@ def reference_sql(sizes: ViewSizes) -> str:
     """
 
 
+def _reads() -> dict[str, tuple[str, ...]]:
+    reads: dict[str, dict[str, None]] = {}
+    for view in MATCHES:
+        for event_type, columns in view.reads.items():
+            reads.setdefault(event_type, {}).update(dict.fromkeys(columns))
+    return {event_type: tuple(columns) for event_type, columns in reads.items()}
+
+
 VIEW = View(
     spec=SPEC,
-    compute=lambda inputs, sizes: diagnostics_from(
-        unmatched_entries(shared_trip_matches(inputs, sizes)),
-        shared_at_entry(inputs, sizes),
-        sizes[WINDOW.name],
-    ),
+    compute=lambda inputs, sizes: count_diagnostics(missing(inputs, sizes), sizes),
     reference_sql=reference_sql,
-    # counted from the entries the lookups decided, which wait for the watermark or max_trip
+    # counted from the entries the best matches decided, which wait for their deadlines
     speed=SpeedPlan(Lane.DERIVED),
-    reads={
-        "toll_entry": ENTRY_COLUMNS,
-        "toll_exit": ("booth_id", "license_plate", "exit_time"),
-        "vehicle_registration": REGISTRATION_COLUMNS,
+    reads=_reads(),
+    sizes=(WINDOW, *(size for view in MATCHES for size in view.sizes)),
+    reference_tables=(expired_registrations.AT_ENTRY,),
+    reaches=lambda sizes: {
+        name: reach for view in MATCHES for name, reach in view.reaches(sizes).items()
     },
-    sizes=(WINDOW, MAX_TRIP, REGISTRATION_LOOKBACK),
-    reference_tables=(AT_ENTRY,),
 )

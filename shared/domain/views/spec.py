@@ -189,6 +189,13 @@ class ViewSpec:
         """The columns that key a speed record: the view key, and a candidate's rank."""
         return self.key if self.candidates is None else (*self.key, *self.candidates.rank)
 
+    def type_of(self, name: str) -> ColumnType:
+        """The type of a column of a speed record (a view column or a hidden one)."""
+        for column in self.record_columns:
+            if column.name == name:
+                return column.type
+        raise KeyError(f"view {self.name} has no column {name!r}")
+
     @property
     def record_columns(self) -> tuple[Column, ...]:
         """The columns of a speed record's value: the view's, and a candidate's hidden ones."""

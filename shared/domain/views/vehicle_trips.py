@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 
 from pyspark.sql import Column as SparkColumn
-from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from shared.domain.views.rules import best_candidates, interval, sql_interval
+from shared.domain.views.declarations import AT, BestMatchRule, Offset, best_match_view
+from shared.domain.views.rules import sql_interval
 from shared.domain.views.spec import (
     Aggregate,
     Candidates,
@@ -19,7 +20,7 @@ from shared.domain.views.spec import (
     Final,
     ViewSpec,
 )
-from shared.domain.views.view import Inputs, Lane, Size, SpeedPlan, View, ViewSizes
+from shared.domain.views.view import Size, ViewSizes
 
 MAX_TRIP = Size("max_trip", timedelta(hours=1), "longest entry->exit trip")
 
@@ -44,80 +45,25 @@ SPEC = ViewSpec(
 )
 
 
-def _trip_condition(max_trip: timedelta) -> SparkColumn:
-    """An exit of the entry's booth and plate in [entry_time, entry_time + max_trip]."""
-    return (
-        (F.col("entry.booth_id") == F.col("exit.booth_id"))
-        & (F.col("entry.license_plate") == F.col("exit.license_plate"))
-        & (F.col("exit.exit_time") >= F.col("entry.entry_time"))
-        & (F.col("exit.exit_time") <= F.col("entry.entry_time") + interval(max_trip))
-    )
+def trip_duration_seconds(column: Callable[[str], SparkColumn]) -> SparkColumn:
+    """A trip's length, from its entry to its exit (``column``: a row's column by name)."""
+    return (F.unix_millis(column("exit_time")) - F.unix_millis(column("entry_time"))) / 1000.0
 
 
-def trip_matches(entries: DataFrame, exits: DataFrame, max_trip: timedelta, how: str) -> DataFrame:
-    """Entries joined (``inner`` or ``left_outer``) to each exit that can end their trip.
-
-    An exit can end a trip if it is of the entry's booth and plate with its time
-    in [entry_time, entry_time + max_trip]. The join is time-bounded: streaming
-    Spark runs it with watermarks on both sides and evicts state older than
-    ``max_trip``, emitting an unmatched entry (``left_outer``: ``exit_time``
-    null) once the watermark passes entry_time + max_trip.
-    """
-    entry, exit_ = entries.alias("entry"), exits.alias("exit")
-    return entry.join(exit_, _trip_condition(max_trip), how).select(
-        F.col("entry.event_id").alias("event_id"),
-        F.col("entry.booth_id").alias("booth_id"),
-        F.col("entry.license_plate").alias("license_plate"),
-        F.col("entry.entry_time").alias("entry_time"),
-        F.col("exit.exit_time").alias("exit_time"),
-    )
-
-
-def shared_trip_matches(inputs: Inputs, sizes: ViewSizes) -> DataFrame:
-    """One left outer :func:`trip_matches` of the inputs, which vehicle_trips (its matched
-    pairs) and diagnostics (its unmatched entries) both read. Neither reads the entry's
-    ``event_id`` from it (entries without an exit are counted row by row)."""
-    return inputs.shared(
-        "trip_matches",
-        lambda: trip_matches(inputs.entries, inputs.exits, sizes[MAX_TRIP.name], "left_outer")
-        .drop("event_id"),
-    )  # fmt: skip
-
-
-def entries_with_exits(entries: DataFrame, exits: DataFrame, max_trip: timedelta) -> DataFrame:
-    """Every (entry, exit) pair of one booth and plate, exit in [entry, entry + max_trip]."""
-    return trip_matches(entries, exits, max_trip, "inner")
-
-
-def trip_duration_seconds(entry_time: SparkColumn, exit_time: SparkColumn) -> SparkColumn:
-    return ((F.unix_millis(exit_time) - F.unix_millis(entry_time)) / 1000.0).alias(
-        "duration_seconds"
-    )
-
-
-def earliest_exits(pairs: DataFrame) -> DataFrame:
-    """Of the (entry, exit) pairs, the earliest exit per entry, with the trip's duration:
-    the trip's candidates ranked by the view's rule."""
-    key = SPEC.key
-    return best_candidates(SPEC, pairs.select(*key, "exit_time"), key).transform(trip_candidates)
-
-
-def trip_candidates(matches: DataFrame) -> DataFrame:
-    """``vehicle_trips`` candidates (the view's columns) of :func:`trip_matches`: one per
-    matched (entry, exit) pair. The speed layer writes one when an exit beats an entry's
-    earliest so far."""
-    return matches.where(F.col("exit_time").isNotNull()).select(
-        "booth_id",
-        "license_plate",
-        "entry_time",
-        "exit_time",
-        trip_duration_seconds(F.col("entry_time"), F.col("exit_time")),
-    )
-
-
-def vehicle_trips(entries: DataFrame, exits: DataFrame, max_trip: timedelta) -> DataFrame:
-    """Each entry joined to the earliest exit of the same booth and plate within max_trip."""
-    return earliest_exits(entries_with_exits(entries, exits, max_trip))
+RULE = BestMatchRule(
+    left="toll_entry",
+    right="toll_exit",
+    keys=("booth_id", "license_plate"),
+    left_time="entry_time",
+    right_time="exit_time",
+    start=AT,
+    end=Offset(MAX_TRIP),
+    carries={"exit_time": "exit_time"},
+    derived={"duration_seconds": trip_duration_seconds},
+    missing="missing_exit",
+)
+"""Each entry's earliest exit of its booth and plate in [entry_time, entry_time + max_trip]
+(the earliest: the spec's candidate rank)."""
 
 
 def reference_sql(sizes: ViewSizes) -> str:
@@ -137,16 +83,4 @@ def reference_sql(sizes: ViewSizes) -> str:
     """
 
 
-VIEW = View(
-    spec=SPEC,
-    compute=lambda inputs, sizes: earliest_exits(
-        shared_trip_matches(inputs, sizes).where(F.col("exit_time").isNotNull())
-    ),
-    reference_sql=reference_sql,
-    speed=SpeedPlan(Lane.PLATES),
-    reads={
-        "toll_entry": ("event_id", "booth_id", "license_plate", "entry_time"),
-        "toll_exit": ("booth_id", "license_plate", "exit_time"),
-    },
-    sizes=(MAX_TRIP,),
-)
+VIEW = best_match_view(SPEC, RULE, reference_sql)

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
-
-from shared.domain.views.rules import MONEY_TOTAL, interval, seconds, sql_interval
+from shared.domain.views.declarations import Measure, Measured, SessionsRule, sessions_view
+from shared.domain.views.rules import sql_interval
 from shared.domain.views.spec import Column, ColumnType, Final, Horizon, ViewSpec
-from shared.domain.views.view import Lane, Size, SpeedPlan, View, ViewSizes
+from shared.domain.views.view import Size, ViewSizes
 
 SESSION_GAP = Size(
     "session_gap",
@@ -40,36 +38,19 @@ SPEC = ViewSpec(
 )
 
 
-def vehicle_visits(entries: DataFrame, gap: timedelta) -> DataFrame:
-    """Each plate's visits: runs of its entries less than ``gap`` apart, as Spark's
-    ``session_window`` makes them (a session ends at its last entry + ``gap``), with
-    the booths of its entries in entry order (ties by event_id).
-
-    Start and end are aggregates of the session's entries (its first entry, its
-    last + ``gap``: the session window's own bounds), not the window's fields:
-    Spark pushes a filter on a grouping key below the aggregate, and a session
-    window's key below it is each entry's own [entry, entry + gap), so a filter
-    on the window's start would drop the entries that join a session to an
-    earlier one (the batch layer filters visits by the date of their start)."""
-    ordered = F.sort_array(F.collect_list(F.struct("entry_time", "event_id", "booth_id")))
-    return (
-        entries.groupBy("license_plate", F.session_window("entry_time", seconds(gap)))
-        .agg(
-            F.min("entry_time").alias("session_start"),
-            (F.max("entry_time") + interval(gap)).alias("session_end"),
-            F.count(F.lit(1)).alias("entry_count"),
-            ordered.alias("_entries"),
-            F.sum("toll").cast(MONEY_TOTAL).alias("total_toll"),
-        )
-        .select(
-            "license_plate",
-            "session_start",
-            "session_end",
-            "entry_count",
-            F.transform("_entries", lambda entry: entry["booth_id"]).alias("booths"),
-            "total_toll",
-        )
-    )
+RULE = SessionsRule(
+    events="toll_entry",
+    keys=("license_plate",),
+    time="entry_time",
+    gap=SESSION_GAP,
+    measures=(
+        Measured("entry_count", Measure.COUNT),
+        Measured("total_toll", Measure.SUM, "toll"),
+    ),
+    lists={"booths": "booth_id"},
+)
+"""Each plate's visits: runs of its entries less than ``session_gap`` apart (a visit ends at
+its last entry + ``session_gap``), with the booths of its entries in entry order."""
 
 
 def reference_sql(sizes: ViewSizes) -> str:
@@ -95,14 +76,4 @@ def reference_sql(sizes: ViewSizes) -> str:
     """
 
 
-VIEW = View(
-    spec=SPEC,
-    compute=lambda inputs, sizes: vehicle_visits(inputs.spanning, sizes[SESSION_GAP.name]),
-    reference_sql=reference_sql,
-    # a visit is written once, when the watermark passes its end (last entry + gap)
-    # and no entry can still extend it
-    speed=SpeedPlan(Lane.PLATES),
-    reads={"toll_entry": ("event_id", "booth_id", "license_plate", "entry_time", "toll")},
-    sizes=(SESSION_GAP,),
-    spanning=True,
-)
+VIEW = sessions_view(SPEC, RULE, reference_sql)

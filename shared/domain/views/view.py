@@ -15,10 +15,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from pyspark.sql import DataFrame
 
+from shared.domain.events import TOLL_ENTRY, TOLL_EXIT, VEHICLE_REGISTRATION
 from shared.domain.views.spec import ViewSpec
+
+if TYPE_CHECKING:
+    from shared.domain.views.declarations import BestMatchRule, RollUpRule, SessionsRule
 
 ViewSizes = Mapping[str, timedelta]
 """The sizes (:class:`Size`) by name, as the settings give them: the same in both layers."""
@@ -41,17 +46,21 @@ class Size:
 class Lane(StrEnum):
     """Which part of the speed job computes a view."""
 
-    BOOTHS = "booths"
-    """The speed operator's roll-up per booth (``speed_layer.operator``): tumbling and
-    hopping counts of entries from one state, for the views whose rows it makes."""
-    PLATES = "plates"
-    """The speed operator's part per plate (``speed_layer.operator``): an entry's best
-    matches (trip and registration candidates) and the plate's sessions."""
+    ROLL_UP = "roll_up"
+    """The speed operator's roll-up (``speed_layer.operator``), which interprets the view's
+    :class:`~shared.domain.views.declarations.RollUpRule`: every roll-up view in one state
+    keyed by the group all their keys share."""
+    BEST_MATCH = "best_match"
+    """The speed operator's best match, which interprets the view's
+    :class:`~shared.domain.views.declarations.BestMatchRule`: every best-match view over
+    one key in one state keyed by it, beside the sessions."""
+    SESSIONS = "sessions"
+    """The speed operator's sessions per plate (``speed_layer.operator``)."""
     DERIVED = "derived"
     """Counted from the operator's internal topic (``speed_layer.operator.diagnostic_counts``)."""
     OWN_QUERY = "own_query"
     """A query of its own: the view's function over the watermarked, deduplicated entries
-    stream. A view added to the registry usually runs here."""
+    stream. A view whose rule is a Spark function of its own runs here."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +114,16 @@ class Inputs:
     def registrations(self) -> DataFrame:
         return _given(self._registrations, "registrations")
 
+    def events(self, event_type: str, spanning: bool = False) -> DataFrame:
+        """The events of a type, by name; of entries, :attr:`spanning` ones if asked."""
+        if event_type == TOLL_ENTRY.name:
+            return self.spanning if spanning else self.entries
+        if event_type == TOLL_EXIT.name:
+            return self.exits
+        if event_type == VEHICLE_REGISTRATION.name:
+            return self.registrations
+        raise ValueError(f"no events of type {event_type!r}")
+
     def shared(self, name: str, build: Callable[[], DataFrame]) -> DataFrame:
         """``build()`` persisted, once per name (``spark.catalog.clearCache()`` frees it)."""
         if name not in self._shared:
@@ -145,6 +164,15 @@ class View:
     the batch layer has rows to recompute on the days before the first entries."""
     check_sizes: Callable[[ViewSizes], None] | None = None
     """Raises ValueError naming the settings if the sizes cannot go together."""
+    rule: RollUpRule | BestMatchRule | SessionsRule | None = None
+    """Its rule as data (``shared.domain.views.declarations``), which both layers interpret;
+    none for a view computed by its Spark function alone."""
+    reaches: Callable[[ViewSizes], Mapping[str, tuple[timedelta, timedelta]]] = field(
+        default=lambda sizes: {}
+    )
+    """Per event type it looks up (a best match's right events), the interval of their time
+    relative to the time of the event a row is dated by: the batch layer reads the events
+    of those dates, and recomputes the dates an event in reach of them changes."""
 
     @property
     def name(self) -> str:

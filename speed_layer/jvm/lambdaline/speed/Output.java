@@ -10,75 +10,76 @@ import org.apache.spark.sql.types.StructType;
 import scala.jdk.javaapi.CollectionConverters;
 
 /**
- * The operator's output rows: {@code kind} names what a row is (a view, a diagnostic reason,
- * {@code dead_letter}); each kind fills the columns it has, the others are null. Times are
- * epoch milliseconds, tolls cents; {@code version} orders the rows one key of a view is written
- * as (a replayed micro-batch writes the same again).
+ * The operator's output rows: {@code kind} names what a row is (a view, a diagnostic, {@code
+ * dead_letter}); its values are in numbered slots ({@code s0}, ... strings; {@code n0}, ...
+ * whole numbers; {@code f0}, ... flags; {@code l0}, ... lists of strings), each kind's laid out
+ * as its part documents, the others null. {@code version} orders the rows one key of a view is
+ * written as (a replayed micro-batch writes the same again). The speed job names the slots by
+ * the view's columns.
  */
 final class Output {
-  private Output() {}
+  private final OperatorConfig.Slots slots;
+  final StructType schema;
 
-  static final StructType SCHEMA =
-      new StructType()
-          .add("kind", DataTypes.StringType, false)
-          .add("booth_id", DataTypes.StringType)
-          .add("license_plate", DataTypes.StringType)
-          .add("event_id", DataTypes.StringType)
-          .add("start_ms", DataTypes.LongType)
-          .add("end_ms", DataTypes.LongType)
-          .add("count", DataTypes.LongType)
-          .add("toll_cents", DataTypes.LongType)
-          .add("first_ms", DataTypes.LongType)
-          .add("last_ms", DataTypes.LongType)
-          .add("entry_ms", DataTypes.LongType)
-          .add("exit_ms", DataTypes.LongType)
-          .add("registration_ms", DataTypes.LongType)
-          .add("registration_id", DataTypes.StringType)
-          .add("registration_event_id", DataTypes.StringType)
-          .add("expired", DataTypes.BooleanType)
-          .add("booths", DataTypes.createArrayType(DataTypes.StringType, false))
-          .add("version", DataTypes.LongType)
-          .add("dead_key", DataTypes.BinaryType)
-          .add("dead_value", DataTypes.StringType);
-
-  static Row window(
-      String kind, String booth, long start, long end, long count, long cents, Long first,
-      Long last, long version) {
-    return RowFactory.create(
-        kind, booth, null, null, start, end, count, cents, first, last, null, null, null, null,
-        null, null, null, version, null, null);
+  Output(OperatorConfig.Slots slots) {
+    this.slots = slots;
+    StructType schema = new StructType().add("kind", DataTypes.StringType, false);
+    for (int i = 0; i < slots.strings(); i++) {
+      schema = schema.add("s" + i, DataTypes.StringType);
+    }
+    for (int i = 0; i < slots.longs(); i++) {
+      schema = schema.add("n" + i, DataTypes.LongType);
+    }
+    for (int i = 0; i < slots.flags(); i++) {
+      schema = schema.add("f" + i, DataTypes.BooleanType);
+    }
+    for (int i = 0; i < slots.lists(); i++) {
+      schema = schema.add("l" + i, DataTypes.createArrayType(DataTypes.StringType, true));
+    }
+    this.schema =
+        schema
+            .add("version", DataTypes.LongType)
+            .add("dead_key", DataTypes.BinaryType)
+            .add("dead_value", DataTypes.StringType);
   }
 
-  /** A candidate of a best match: the entry, and what the right event it matched carries. */
-  static Row candidate(
-      String kind, String plate, String eventId, String booth, long entryMs, Right right,
-      boolean rightIsExit, long version) {
-    return RowFactory.create(
-        kind, booth, plate, eventId, null, null, null, null, null, null, entryMs,
-        rightIsExit ? right.time() : null,
-        rightIsExit ? null : right.time(),
-        right.registrationId(), right.eventId(), right.expired(), null, version, null, null);
+  /** A row of {@code kind} with these values in the first slots of each type. */
+  Row row(
+      String kind, List<String> strings, List<Long> longs, List<Boolean> flags,
+      List<List<String>> lists, Long version) {
+    Object[] values = new Object[schema.size()];
+    values[0] = kind;
+    int at = 1;
+    at = fill(values, at, strings, slots.strings(), kind);
+    at = fill(values, at, longs, slots.longs(), kind);
+    at = fill(values, at, flags, slots.flags(), kind);
+    for (int i = 0; i < slots.lists(); i++) {
+      values[at + i] =
+          i < lists.size() ? CollectionConverters.asScala(lists.get(i)).toSeq() : null;
+    }
+    if (lists.size() > slots.lists()) {
+      throw new IllegalStateException("more lists than slots for " + kind);
+    }
+    values[at + slots.lists()] = version;
+    return RowFactory.create(values);
   }
 
-  /** An entry a best match found nothing for by its deadline. */
-  static Row missing(String kind, String plate, String eventId, String booth, long entryMs) {
-    return RowFactory.create(
-        kind, booth, plate, eventId, null, null, null, null, null, null, entryMs, null, null,
-        null, null, null, null, null, null, null);
+  private static int fill(Object[] values, int at, List<?> given, int slots, String kind) {
+    if (given.size() > slots) {
+      throw new IllegalStateException(
+          "a " + kind + " row of " + given.size() + " values, " + slots + " slots");
+    }
+    for (int i = 0; i < given.size(); i++) {
+      values[at + i] = given.get(i);
+    }
+    return at + slots;
   }
 
-  static Row session(
-      String kind, String plate, long start, long end, long count, long cents, List<String> booths,
-      long version) {
-    return RowFactory.create(
-        kind, null, plate, null, start, end, count, cents, null, null, null, null, null, null,
-        null, null, CollectionConverters.asScala(booths).toSeq(), version, null, null);
-  }
-
-  static Row deadLetter(Row input, Input.Columns columns) {
-    return RowFactory.create(
-        Input.DEAD_LETTER, null, null, null, null, null, null, null, null, null, null, null,
-        null, null, null, null, null, null, input.get(columns.deadKey),
-        input.getString(columns.deadValue));
+  Row deadLetter(Row input, Input.Columns columns) {
+    Object[] values = new Object[schema.size()];
+    values[0] = Input.DEAD_LETTER;
+    values[schema.size() - 2] = input.get(columns.deadKey);
+    values[schema.size() - 1] = input.getString(columns.deadValue);
+    return RowFactory.create(values);
   }
 }

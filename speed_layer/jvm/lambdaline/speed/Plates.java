@@ -57,11 +57,14 @@ final class Plates {
   static final StructType LEFT =
       new StructType()
           .add("time", DataTypes.LongType, false)
-          .add("booth_id", DataTypes.StringType)
+          .add("strings", DataTypes.createArrayType(DataTypes.StringType, true))
           .add("bests", DataTypes.createArrayType(Right.SCHEMA, true))
           .add("written", DataTypes.createArrayType(DataTypes.BooleanType, false))
           .add("missing", DataTypes.createArrayType(DataTypes.BooleanType, false));
 
+  private final OperatorConfig.Plates config;
+  private final OperatorConfig.Slots slots;
+  private final Output output;
   private final List<OperatorConfig.Match> matches;
   private final List<Comparator<Right>> orders = new ArrayList<>();
   private final long longestMs;
@@ -71,8 +74,11 @@ final class Plates {
   private final Sessions sessions;
   private Input.Columns columns;
 
-  Plates(OperatorConfig config, StatefulProcessorHandle handle) {
-    this.matches = config.matches;
+  Plates(OperatorConfig config, Output output, StatefulProcessorHandle handle) {
+    this.config = config.plates;
+    this.slots = config.input;
+    this.output = output;
+    this.matches = config.plates.matches();
     this.handle = handle;
     long longest = Long.MIN_VALUE;
     for (int i = 0; i < matches.size(); i++) {
@@ -85,13 +91,14 @@ final class Plates {
     this.entries =
         handle.getMapState(
             "plate_entries", Encoders.STRING(), Encoders.row(LEFT), TTLConfig.NONE());
-    this.sessions = config.sessions == null ? null : new Sessions(config.sessions, handle);
+    OperatorConfig.Sessions sessions = config.plates.sessions();
+    this.sessions = sessions == null ? null : new Sessions(sessions, output, handle);
   }
 
   /** An entry held for its matches. */
   static final class Left {
     final long time;
-    final String booth;
+    final List<String> strings;
     final Right[] bests;
     /** Per match: a candidate was written. */
     final boolean[] written;
@@ -99,16 +106,16 @@ final class Plates {
     final boolean[] missing;
     boolean changed;
 
-    Left(long time, String booth, int matches) {
+    Left(long time, List<String> strings, int matches) {
       this.time = time;
-      this.booth = booth;
+      this.strings = strings;
       this.bests = new Right[matches];
       this.written = new boolean[matches];
       this.missing = new boolean[matches];
     }
 
     static Left of(Row row, int matches) {
-      Left left = new Left(row.getLong(0), row.getString(1), matches);
+      Left left = new Left(row.getLong(0), row.getList(1), matches);
       List<Row> bests = row.getList(2);
       List<Boolean> written = row.getList(3);
       List<Boolean> missing = row.getList(4);
@@ -130,7 +137,8 @@ final class Plates {
         missingList.add(missing[i]);
       }
       return RowFactory.create(
-          time, booth, CollectionConverters.asScala(bestRows).toSeq(),
+          time, CollectionConverters.asScala(strings).toSeq(),
+          CollectionConverters.asScala(bestRows).toSeq(),
           CollectionConverters.asScala(writtenList).toSeq(),
           CollectionConverters.asScala(missingList).toSeq());
     }
@@ -141,17 +149,30 @@ final class Plates {
      */
     boolean missed(
         String plate, String id, List<OperatorConfig.Match> matches, long watermark,
-        List<Row> out) {
+        Output output, List<Row> out) {
       boolean any = false;
       for (int i = 0; i < matches.size(); i++) {
         OperatorConfig.Match match = matches.get(i);
         if (bests[i] == null && !missing[i] && watermark >= time + match.toMs()) {
           missing[i] = true;
           any = true;
-          out.add(Output.missing(match.missing(), plate, id, booth, time));
+          if (match.missing() != null) {
+            out.add(
+                output.row(match.missing(), leftStrings(plate, id), List.of(time), List.of(),
+                    List.of(), null));
+          }
         }
       }
       return any;
+    }
+
+    /** A row's strings from the left event: its plate, its strings, its id. */
+    List<String> leftStrings(String plate, String id) {
+      List<String> all = new ArrayList<>(strings.size() + 2);
+      all.add(plate);
+      all.addAll(strings);
+      all.add(id);
+      return all;
     }
   }
 
@@ -160,7 +181,7 @@ final class Plates {
     long version = timers.getCurrentProcessingTimeInMs();
     List<String> newIds = new ArrayList<>();
     List<Left> newLefts = new ArrayList<>();
-    List<Sessions.Entry> sessionEntries = new ArrayList<>();
+    List<Row> sessionEntries = new ArrayList<>();
     List<List<Right>> newRights = new ArrayList<>();
     for (int i = 0; i < matches.size(); i++) {
       newRights.add(new ArrayList<>());
@@ -168,29 +189,31 @@ final class Plates {
     Set<String> seen = new HashSet<>();
     while (rows.hasNext()) {
       Row row = rows.next();
-      columns = Input.Columns.of(columns, row);
+      columns = Input.Columns.of(columns, row, slots);
       String kind = row.getString(columns.kind);
-      if (Input.ENTRY.equals(kind)) {
-        String id = row.getString(columns.eventId);
-        if (!seen.add(id) || entries.containsKey(id)) {
-          continue; // a copy of an entry held
-        }
-        long t = row.getLong(columns.time);
-        newIds.add(id);
-        newLefts.add(new Left(t, row.getString(columns.booth), matches.size()));
-        sessionEntries.add(new Sessions.Entry(t, id, row.getString(columns.booth),
-            row.getLong(columns.toll)));
-        continue;
-      }
       boolean used = false;
+      if (config.left().equals(kind)) {
+        used = true;
+        String id = row.getString(columns.id);
+        if (!seen.add(id) || entries.containsKey(id)) {
+          continue; // a copy of a left event held
+        }
+        List<String> strings = new ArrayList<>(config.leftStrings().length);
+        for (int slot : config.leftStrings()) {
+          strings.add(columns.string(row, slot));
+        }
+        newIds.add(id);
+        newLefts.add(new Left(row.getLong(columns.time), strings, matches.size()));
+        sessionEntries.add(row);
+      }
       for (int i = 0; i < matches.size(); i++) {
         if (matches.get(i).right().equals(kind)) {
-          newRights.get(i).add(Right.of(row, columns));
+          newRights.get(i).add(Right.of(row, columns, matches.get(i)));
           used = true;
         }
       }
       if (!used) {
-        throw new IllegalArgumentException("a plate row of a kind no match reads: " + kind);
+        throw new IllegalArgumentException("a plate row of a kind no part reads: " + kind);
       }
     }
 
@@ -232,7 +255,7 @@ final class Plates {
           handle.registerTimer(due);
         }
       }
-      left.missed(plate, id, matches, watermark, out);
+      left.missed(plate, id, matches, watermark, output, out);
       if (watermark < left.time + longestMs) {
         entries.updateValue(id, left.toRow());
         handle.registerTimer(left.time + longestMs);
@@ -270,7 +293,7 @@ final class Plates {
     }
 
     if (sessions != null && !sessionEntries.isEmpty()) {
-      sessions.onEntries(plate, sessionEntries, watermark, version, out);
+      sessions.onEntries(plate, sessionEntries, columns, watermark, version, out);
     }
   }
 
@@ -285,7 +308,7 @@ final class Plates {
       for (OperatorConfig.Match match : matches) {
         entryTimer |= left.time + match.toMs() == firedMs;
       }
-      boolean missed = left.missed(plate, pair._1(), matches, watermark, out);
+      boolean missed = left.missed(plate, pair._1(), matches, watermark, output, out);
       if (watermark >= left.time + longestMs) {
         gone.add(pair._1());
       } else {
@@ -344,8 +367,8 @@ final class Plates {
     Right found = null;
     for (List<Right> offered : List.of(some, more)) {
       for (Right right : offered) {
-        if (match.sameBooth() && !right.booth().equals(left.booth)) {
-          continue;
+        if (!equalKeys(match, left, right) || (selfMatch(match) && right.id().equals(id))) {
+          continue; // not its keys, or the left event itself
         }
         if (right.time() < left.time + match.fromMs()
             || right.time() > left.time + match.toMs()) {
@@ -366,13 +389,29 @@ final class Plates {
     }
     left.bests[i] = found;
     left.changed = true;
-    if (match.shownIf() == null || found.flag(match.shownIf()) || left.written[i]) {
+    if (found.flag(match.shownIf()) || left.written[i]) {
       left.written[i] = true;
+      List<String> strings = left.leftStrings(plate, id);
+      strings.addAll(found.strings());
       out.add(
-          Output.candidate(
-              match.view(), plate, id, left.booth, left.time, found,
-              Input.EXIT.equals(match.right()), version));
+          output.row(
+              match.view(), strings, List.of(left.time, found.time()), found.flags(), List.of(),
+              version));
     }
+  }
+
+  private static boolean equalKeys(OperatorConfig.Match match, Left left, Right right) {
+    for (int[] pair : match.equal()) {
+      String a = left.strings.get(pair[0]);
+      if (a == null || !a.equals(right.strings().get(pair[1]))) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  private boolean selfMatch(OperatorConfig.Match match) {
+    return match.right().equals(config.left());
   }
 
   /**

@@ -16,96 +16,102 @@ import org.apache.spark.sql.types.StructType;
 import scala.jdk.javaapi.CollectionConverters;
 
 /**
- * Each plate's sessions: runs of its entries less than the gap apart, as Spark's {@code
- * session_window} makes them (an entry's session is [entry, entry + gap), overlapping ones are
- * one). A session is written once, when the watermark W passes its end (its last entry + gap):
- * no entry can extend it then. Its booths are its entries' in entry order (ties by event id).
+ * Each plate's sessions: runs of its left events less than the gap apart, as Spark's {@code
+ * session_window} makes them (an event's session is [time, time + gap), overlapping ones are
+ * one). A session is written once, when the watermark W passes its end (its last event + gap):
+ * no event can extend it then. Its list is its events' {@code list} strings in event order
+ * (ties by id, then by the string).
  *
- * <p>State: {@code plate_sessions}, one value per plate: its open sessions (bounds, count,
- * toll), their entries, and its one pending timer. (Appending the entries to a list state
- * instead would cost a read and a write more per entry: Spark keeps a count beside each list.)
- * The timer is registered at the earliest open session's end; when it fires and the session
- * has grown since, it is registered again at the new end.
+ * <p>Rows written: strings {@code [plate]}, numbers {@code [start, end, measures...]}, lists
+ * {@code [the list]}.
+ *
+ * <p>State: {@code plate_sessions}, one value per plate: its open sessions (bounds, measures),
+ * their events, and its one pending timer. (Appending the events to a list state instead would
+ * cost a read and a write more per event: Spark keeps a count beside each list.) The timer is
+ * registered at the earliest open session's end; when it fires and the session has grown since,
+ * it is registered again at the new end.
  */
 final class Sessions {
   private static final StructType OPEN =
       new StructType()
           .add("start", DataTypes.LongType, false)
           .add("last", DataTypes.LongType, false)
-          .add("count", DataTypes.LongType, false)
-          .add("cents", DataTypes.LongType, false);
+          .add("values", DataTypes.createArrayType(DataTypes.LongType, false), false);
 
-  static final StructType ENTRY =
+  static final StructType EVENT =
       new StructType()
           .add("time", DataTypes.LongType, false)
-          .add("event_id", DataTypes.StringType)
-          .add("booth_id", DataTypes.StringType);
+          .add("id", DataTypes.StringType)
+          .add("listed", DataTypes.StringType);
 
   static final StructType STATE =
       new StructType()
           .add("open", DataTypes.createArrayType(OPEN, false))
-          .add("entries", DataTypes.createArrayType(ENTRY, false))
+          .add("events", DataTypes.createArrayType(EVENT, false))
           .add("timer_ms", DataTypes.LongType);
 
-  /** An entry of a session. */
-  record Entry(long time, String eventId, String booth, long cents) {
-    static final Comparator<Entry> ORDER =
-        Comparator.comparingLong(Entry::time)
-            .thenComparing(Entry::eventId, Comparator.nullsFirst(Comparator.naturalOrder()))
-            .thenComparing(Entry::booth, Comparator.nullsFirst(Comparator.naturalOrder()));
+  /** An event of a session. */
+  record Event(long time, String id, String listed) {
+    static final Comparator<Event> ORDER =
+        Comparator.comparingLong(Event::time)
+            .thenComparing(Event::id, Comparator.nullsFirst(Comparator.naturalOrder()))
+            .thenComparing(Event::listed, Comparator.nullsFirst(Comparator.naturalOrder()));
   }
 
   /** One open session. */
   static final class Open {
     long start;
     long last;
-    long count;
-    long cents;
+    long[] values;
   }
 
   private final OperatorConfig.Sessions config;
+  private final Output output;
   private final StatefulProcessorHandle handle;
   private final ValueState<Row> state;
 
-  Sessions(OperatorConfig.Sessions config, StatefulProcessorHandle handle) {
+  Sessions(OperatorConfig.Sessions config, Output output, StatefulProcessorHandle handle) {
     this.config = config;
+    this.output = output;
     this.handle = handle;
     this.state = handle.getValueState("plate_sessions", Encoders.row(STATE), TTLConfig.NONE());
   }
 
-  void onEntries(String plate, List<Entry> arrived, long watermark, long version, List<Row> out) {
+  void onEntries(
+      String plate, List<Row> arrived, Input.Columns c, long watermark, long version,
+      List<Row> out) {
     Row row = state.get();
     List<Open> open = row == null ? new ArrayList<>() : open(row);
-    List<Row> entries = row == null ? new ArrayList<>() : new ArrayList<>(row.<Row>getList(1));
+    List<Row> events = row == null ? new ArrayList<>() : new ArrayList<>(row.<Row>getList(1));
     Long timer = row == null || row.isNullAt(2) ? null : row.getLong(2);
     long gap = config.gapMs();
-    for (Entry entry : arrived) {
+    for (Row event : arrived) {
+      long t = event.getLong(c.time);
       Open joined = new Open();
-      joined.start = entry.time();
-      joined.last = entry.time();
-      joined.count = 1;
-      joined.cents = entry.cents();
+      joined.start = t;
+      joined.last = t;
+      joined.values = Measures.none(config.measures());
+      Measures.add(joined.values, config.measures(), event, c);
       List<Open> kept = new ArrayList<>();
       for (Open session : open) {
-        // [entry, entry + gap) overlaps [start, last + gap)
-        if (entry.time() < session.last + gap && session.start < entry.time() + gap) {
+        // [t, t + gap) overlaps [start, last + gap)
+        if (t < session.last + gap && session.start < t + gap) {
           joined.start = Math.min(joined.start, session.start);
           joined.last = Math.max(joined.last, session.last);
-          joined.count += session.count;
-          joined.cents += session.cents;
+          Measures.addAll(joined.values, config.measures(), session.values);
         } else {
           kept.add(session);
         }
       }
       kept.add(joined);
       open = kept;
-      entries.add(RowFactory.create(entry.time(), entry.eventId(), entry.booth()));
+      events.add(RowFactory.create(t, event.getString(c.id), c.string(event, config.list())));
     }
     if (timer == null) {
       timer = earliestEnd(open);
       handle.registerTimer(timer);
     }
-    state.update(toRow(open, entries, timer));
+    state.update(toRow(open, events, timer));
   }
 
   void onTimer(String plate, long firedMs, long watermark, long version, List<Row> out) {
@@ -120,33 +126,37 @@ final class Sessions {
     for (Open session : open) {
       (session.last + gap <= watermark ? closing : still).add(session);
     }
-    List<Entry> entries = new ArrayList<>();
+    List<Event> events = new ArrayList<>();
     for (Row e : row.<Row>getList(1)) {
-      entries.add(new Entry(e.getLong(0), e.getString(1), e.getString(2), 0));
+      events.add(new Event(e.getLong(0), e.getString(1), e.getString(2)));
     }
-    List<Row> remaining = new ArrayList<>();
     if (!closing.isEmpty()) {
-      entries.sort(Entry.ORDER);
+      events.sort(Event.ORDER);
       for (Open session : closing) {
-        List<String> booths = new ArrayList<>();
-        for (Entry entry : entries) {
-          if (session.start <= entry.time() && entry.time() <= session.last) {
-            booths.add(entry.booth());
+        List<String> listed = new ArrayList<>();
+        for (Event event : events) {
+          if (session.start <= event.time() && event.time() <= session.last) {
+            listed.add(event.listed());
           }
         }
+        List<Long> longs = new ArrayList<>(2 + session.values.length);
+        longs.add(session.start);
+        longs.add(session.last + gap);
+        for (int m = 0; m < session.values.length; m++) {
+          longs.add(Measures.shown(config.measures().get(m), session.values[m]));
+        }
         out.add(
-            Output.session(
-                config.view(), plate, session.start, session.last + gap, session.count,
-                session.cents, booths, version));
+            output.row(config.view(), List.of(plate), longs, List.of(), List.of(listed), version));
       }
     }
-    for (Entry entry : entries) {
+    List<Row> remaining = new ArrayList<>();
+    for (Event event : events) {
       boolean closed = false;
       for (Open session : closing) {
-        closed |= session.start <= entry.time() && entry.time() <= session.last;
+        closed |= session.start <= event.time() && event.time() <= session.last;
       }
       if (!closed) {
-        remaining.add(RowFactory.create(entry.time(), entry.eventId(), entry.booth()));
+        remaining.add(RowFactory.create(event.time(), event.id(), event.listed()));
       }
     }
     if (still.isEmpty()) {
@@ -174,20 +184,29 @@ final class Sessions {
       Open session = new Open();
       session.start = r.getLong(0);
       session.last = r.getLong(1);
-      session.count = r.getLong(2);
-      session.cents = r.getLong(3);
+      List<Long> values = r.getList(2);
+      session.values = new long[values.size()];
+      for (int i = 0; i < session.values.length; i++) {
+        session.values[i] = values.get(i);
+      }
       open.add(session);
     }
     return open;
   }
 
-  private static Row toRow(List<Open> open, List<Row> entries, Long timer) {
+  private static Row toRow(List<Open> open, List<Row> events, Long timer) {
     List<Row> rows = new ArrayList<>(open.size());
     for (Open session : open) {
-      rows.add(RowFactory.create(session.start, session.last, session.count, session.cents));
+      List<Long> values = new ArrayList<>(session.values.length);
+      for (long v : session.values) {
+        values.add(v);
+      }
+      rows.add(
+          RowFactory.create(
+              session.start, session.last, CollectionConverters.asScala(values).toSeq()));
     }
     return RowFactory.create(
-        CollectionConverters.asScala(rows).toSeq(), CollectionConverters.asScala(entries).toSeq(),
+        CollectionConverters.asScala(rows).toSeq(), CollectionConverters.asScala(events).toSeq(),
         timer);
   }
 }

@@ -30,7 +30,7 @@ import scala.jdk.javaapi.CollectionConverters;
  *
  * <p>What each part computes comes from the view modules, serialised by the speed job ({@link
  * OperatorConfig}): this class holds no view's rule. Its output rows ({@link Output#SCHEMA}) are
- * named by {@code kind}: a view, a diagnostic reason or {@code dead_letter}.
+ * named by {@code kind}: a view, a diagnostic or {@code dead_letter}.
  */
 public final class SpeedOperator extends StatefulProcessor<String, Row, Row> {
   private static final long serialVersionUID = 1L;
@@ -38,6 +38,7 @@ public final class SpeedOperator extends StatefulProcessor<String, Row, Row> {
   private final OperatorConfig config;
   private transient RollUp rollUp;
   private transient Plates plates;
+  private transient Output output;
   private transient Input.Columns columns;
 
   private SpeedOperator(OperatorConfig config) {
@@ -49,21 +50,17 @@ public final class SpeedOperator extends StatefulProcessor<String, Row, Row> {
     SpeedOperator operator = new SpeedOperator(OperatorConfig.parse(configJson));
     int key = rows.schema().fieldIndex(Input.KEY);
     MapFunction<Row, String> keyOf = row -> row.getString(key);
+    StructType schema = new Output(operator.config.output).schema;
     return rows.groupByKey(keyOf, Encoders.STRING())
         .transformWithState(
-            operator, TimeMode.EventTime(), OutputMode.Append(), Encoders.row(Output.SCHEMA));
-  }
-
-  /** The output's schema, for the speed job to check its projection against. */
-  public static StructType outputSchema() {
-    return Output.SCHEMA;
+            operator, TimeMode.EventTime(), OutputMode.Append(), Encoders.row(schema));
   }
 
   @Override
   public void init(OutputMode outputMode, TimeMode timeMode) {
-    rollUp =
-        config.rollUp == null ? null : new RollUp(config.rollUp, config.sweepMs, getHandle());
-    plates = new Plates(config, getHandle());
+    output = new Output(config.output);
+    rollUp = config.rollUp == null ? null : new RollUp(config, output, getHandle());
+    plates = new Plates(config, output, getHandle());
   }
 
   @Override
@@ -82,8 +79,8 @@ public final class SpeedOperator extends StatefulProcessor<String, Row, Row> {
       case DEAD_LETTER -> {
         while (rows.hasNext()) {
           Row row = rows.next();
-          columns = Input.Columns.of(columns, row);
-          out.add(Output.deadLetter(row, columns));
+          columns = Input.Columns.of(columns, row, config.input);
+          out.add(output.deadLetter(row, columns));
         }
       }
     }
