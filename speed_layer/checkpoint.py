@@ -125,9 +125,10 @@ with a bounded cache), where the default HDFS-backed store keeps every version o
 it in the driver's or executors' heap."""
 
 
-STATE_LAYOUT = "one operator: roll-up, plates"
+STATE_LAYOUT = "one generic operator: roll-up families, plates, in slots"
 """How the speed job keeps its state: one ``transformWithState`` operator
-(``speed_layer.operator``), its roll-up and plate state in variables of their own. A
+(``speed_layer.operator``) that interprets the views' declarations, its roll-up and
+plate state in variables of their own, each event's values in numbered slots. A
 checkpoint records it in :data:`STATE_LAYOUT_FILE`; one made by an earlier layout
 records another (or, before layouts were recorded, nothing), and Spark cannot go on
 from it."""
