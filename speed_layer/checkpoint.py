@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,20 +129,27 @@ STATE_LAYOUT = "one generic operator: roll-up families, plates, in slots"
 """How the speed job keeps its state: one ``transformWithState`` operator
 (``speed_layer.operator``) that interprets the views' declarations, its roll-up and
 plate state in variables of their own, each event's values in numbered slots. A
-checkpoint records it in :data:`STATE_LAYOUT_FILE`; one made by an earlier layout
-records another (or, before layouts were recorded, nothing), and Spark cannot go on
-from it."""
+checkpoint records it in :data:`STATE_LAYOUT_FILE`, with the views the operator
+computes (:func:`state_layout`); one made by another layout, or for other views,
+records another (or, made before layouts were recorded, nothing), and Spark cannot go
+on from it."""
 STATE_LAYOUT_FILE = "state_layout.txt"
 
 
-def claim_state_store(folder: Path, provider: str) -> None:
+def state_layout(views: Sequence[str]) -> str:
+    """The layout of a checkpoint whose operator computes ``views`` (in their order: a
+    view's slots and state variables follow from the views before it)."""
+    return f"{STATE_LAYOUT}, of {', '.join(views)}" if views else STATE_LAYOUT
+
+
+def claim_state_store(folder: Path, provider: str, views: Sequence[str] = ()) -> None:
     """Refuse a session whose state store is not RocksDB, and a checkpoint that keeps its
-    state otherwise than the job does now.
+    state otherwise than the job does now, whose operator computes ``views``.
 
     The operator (``transformWithState``) runs on RocksDB only, so a checkpoint of this
     layout (:data:`STATE_LAYOUT_FILE`) holds RocksDB state; one made by another layout
-    (perhaps with another provider) cannot be gone on from. ``provider``: the session's.
-    Call it holding the checkpoint.
+    (perhaps with another provider), or for other views, cannot be gone on from.
+    ``provider``: the session's. Call it holding the checkpoint.
     """
     if provider != ROCKSDB_PROVIDER:
         raise CheckpointError(
@@ -151,26 +158,26 @@ def claim_state_store(folder: Path, provider: str) -> None:
             f"{provider.rsplit('.', 1)[-1] or 'unset'}: take it out of spark_conf "
             "(LAMBDALINE_SPARK_CONF)"
         )
-    _claim_state_layout(folder)
+    _claim_state_layout(folder, state_layout(views))
 
 
-def _claim_state_layout(folder: Path) -> None:
+def _claim_state_layout(folder: Path, layout: str) -> None:
     recorded = folder / STATE_LAYOUT_FILE
     if recorded.exists():
         made_with = recorded.read_text(encoding="utf-8").strip()
     else:
         started = any(folder.glob("*/offsets/[0-9]*"))
-        made_with = "stream-stream joins and an aggregation a view" if started else STATE_LAYOUT
-    if made_with != STATE_LAYOUT:
+        made_with = "stream-stream joins and an aggregation a view" if started else layout
+    if made_with != layout:
         raise CheckpointError(
             f"the speed checkpoint {folder} keeps its state as {made_with}, but the speed "
-            f"job now keeps it as {STATE_LAYOUT} (docs/architecture.md), and Spark cannot go "
-            "on from the old state. Start the speed layer over with `lambdaline speed reset` "
+            f"job now keeps it as {layout} (docs/architecture.md), and Spark cannot go "
+            "on from that state. Start the speed layer over with `lambdaline speed reset` "
             "(then `lambdaline speed run` recomputes from the input topics)"
         )
     if not recorded.exists():
         folder.mkdir(parents=True, exist_ok=True)
-        replace_atomically(recorded, STATE_LAYOUT + "\n")
+        replace_atomically(recorded, layout + "\n")
 
 
 def claim_input_topics(folder: Path, now: Mapping[str, str]) -> None:

@@ -188,7 +188,7 @@ def input_starts(settings: Settings, replay_from: datetime | None) -> dict[str, 
     reaches = reaches_of(REGISTERED, settings.views.sizes)
     return {
         settings.topics.of(event_type): replay_from
-        + min(timedelta(0), *reaches.get(event_type.name, ()))
+        + min((timedelta(0), *reaches.get(event_type.name, ())))
         for event_type in EVENT_TYPES
     }
 
@@ -205,9 +205,13 @@ def run(
     new generation's, ``shared.platform.generations.replay_from``), else from the start.
 
     Raises ``speed_layer.checkpoint.CheckpointError`` before any query starts if the
-    checkpoint keeps its state with another provider than the session's.
+    checkpoint keeps its state with another provider than the session's, in another
+    layout, or for other operator views.
     """
-    claim_state_store(checkpoint_dir(settings), spark.conf.get(STATE_STORE_PROVIDER_CONF) or "")
+    claim_state_store(
+        checkpoint_dir(settings), spark.conf.get(STATE_STORE_PROVIDER_CONF) or "",
+        [view.name for view in operator_views(REGISTERED)],
+    )  # fmt: skip
     log_event(
         logger, "speed_start", master=spark.sparkContext.master,
         topics=settings.topics.inputs(), checkpoints=str(checkpoint_dir(settings)),

@@ -27,13 +27,15 @@ layer runs the same declarations as DataFrame functions. It is Java because the
 Python state API crosses to the JVM on every state call
 (``benchmarks/plate_state.py``, docs/performance.md).
 
-**Watermark.** One, on the left events' time (the plate's copy of each:
-``event_time``). Right events have none of their own: an exit can still end a trip
-while its entry is held (until the watermark passes the end of the match's interval),
-and a registration is recorded days before the entries it applies to, so a watermark
-of theirs would hold every entry back, or drop them. The operator judges them itself.
-Spark drops a left event at or before the previous micro-batch's watermark before the
-operator sees it, counted as late.
+**Watermark.** One, on the left events' time (each copy of one, its plate's and its
+roll-up group's: ``event_time``). Right events have none of their own: an exit can
+still end a trip while its entry is held (until the watermark passes the end of the
+match's interval), and a registration is recorded days before the entries it applies
+to, so a watermark of theirs would hold every entry back, or drop them. The operator
+judges them itself. Spark drops each copy of a left event at or before the previous
+micro-batch's watermark before the operator sees it, counted as late (a late entry:
+two rows, one per part); the parts take every other, so the late rows are all that
+the speed layer leaves out.
 
 **Records.** A candidate (a trip, a registration) is written when an event makes it
 better than what its left event had, except a candidate its view hides (its
@@ -171,6 +173,15 @@ class Layout:
             _common_key(plate_rules, "best-match and sessions") if plate_rules else None
         )
         self.left = self._one_event_type(self.matches + self.sessions, "best-match and sessions")
+        if self.left and self.roll_up_events and self.roll_up_events != self.left:
+            raise OperatorPlanError(
+                f"the operator's one watermark is on the time of the events it matches "
+                f"({self.left}): its roll-up views must read those too, not "
+                f"{self.roll_up_events}"
+            )
+        self.timed_events = self.left or self.roll_up_events
+        """The event type whose time is the watermark's (a roll-up's or a best match's
+        events; the events a best match looks up have none of their own)."""
         key = self.plate_key
         left_columns = [
             c
@@ -355,21 +366,24 @@ class Layout:
             for slot_kind in (STRING, NUMBER, FLAG)
             for n in range(self.count(slot_kind))
         ]
+        timed = next((e for e in types if e.name == self.timed_events), None)
         rows = decoded.select(
             kind.alias("kind"), keys.alias("_keys"), F.unix_millis(time).alias("time_ms"),
-            F.col("event_id").alias("id"), F.col(TOLL_ENTRY.time_field).alias("_left_time")
-            if self.left == TOLL_ENTRY.name else F.lit(None).cast("timestamp").alias("_left_time"),
+            F.col("event_id").alias("id"),
+            (F.col(timed.time_field) if timed else F.lit(None).cast("timestamp")).alias("_time"),
             *slotted,
             F.when(dead, F.col("key")).alias("dead_key"),
             F.when(dead, dead_letter_value()).alias("dead_value"),
         )  # fmt: skip
         exploded = rows.select(F.explode("_keys").alias("key"), "*").drop("_keys")
-        left_row = (F.col("kind") == (self.left or "")) & F.col("key").startswith(PLATE_KEY)
+        # every part's copy of a timed event carries its time, so that Spark drops each
+        # copy of a late one (counted) and the parts take the same events
         return (
-            exploded.withColumn("event_time", F.when(left_row, F.col("_left_time")))
-            .drop("_left_time")
+            exploded.withColumn("event_time", F.when(F.col("kind") == (timed.name if timed else ""),
+                                                     F.col("_time")))
+            .drop("_time")
             .withWatermark("event_time", f"{int(watermark.total_seconds())} seconds")
-        )
+        )  # fmt: skip
 
     def _slot_column(self, decoded: DataFrame, slot_kind: str, n: int) -> Column:
         types = dict(decoded.dtypes)

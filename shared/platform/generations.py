@@ -33,7 +33,7 @@ from typing import Any
 
 from shared.domain.events import format_instant, parse_instant
 from shared.domain.topics import DERIVED_QUERY_PREFIX
-from shared.domain.views import VIEW_MODULES
+from shared.domain.views import VIEW_MODULES, reaches_of
 from shared.platform.batch_store import BatchVersion
 from shared.platform.failpoints import failpoint
 from shared.platform.files import replace_atomically
@@ -332,16 +332,19 @@ def replay_from(settings: Settings, horizon: datetime | None) -> datetime | None
     exits, by record time, when the served horizon is ``horizon`` (None: every offset).
 
     Its first batch version reaches at least ``horizon``, so its speed store must hold
-    every row from there on. Such a row may reach back before it: a trip's entry by
-    ``max_trip``, a window or a visit by its length (:data:`REACHES_BACK` at least), and a
-    record's time may trail its event's by the watermark and lead it by
-    ``max_future_skew``. Registrations are read from ``registration_lookback`` before
-    that (``speed_layer.job``)."""
+    every row from there on. Such a row may reach back before it: a best match's left
+    event by the end of its interval (``View.reaches``: a trip's entry by ``max_trip``), a
+    window or a visit by its length (:data:`REACHES_BACK` at least), and a record's time
+    may trail its event's by the watermark and lead it by ``max_future_skew``. The events
+    a view looks up before its left events are read that much earlier still
+    (``speed_layer.job.input_starts``)."""
     if horizon is None:
         return None
     views, sizes = settings.views, settings.views.sizes
     reaches_back = max(
-        REACHES_BACK, sizes["max_trip"], *(view.starts_before(sizes) for view in REGISTERED)
+        REACHES_BACK,
+        *(end for _, end in reaches_of(REGISTERED, sizes).values()),
+        *(view.starts_before(sizes) for view in REGISTERED),
     )
     return horizon - reaches_back - views.watermark - views.max_future_skew
 

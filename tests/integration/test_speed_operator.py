@@ -85,8 +85,13 @@ def _raw(batch: list[tuple[str, Record]], first_offset: int) -> list[tuple[Any, 
     ]  # fmt: skip
 
 
-def _plan(spark: SparkSession, source: Path, views: tuple[View, ...]) -> DataFrame:
-    raw = spark.readStream.schema(RAW_SCHEMA).parquet(str(source))
+def _plan(
+    spark: SparkSession, source: Path, views: tuple[View, ...], files_per_trigger: int = 0
+) -> DataFrame:
+    reader = spark.readStream.schema(RAW_SCHEMA)
+    if files_per_trigger:
+        reader = reader.option("maxFilesPerTrigger", files_per_trigger)
+    raw = reader.parquet(str(source))
     given = SETTINGS.views
     sizes = {**{size.name: size.default for view in views for size in view.sizes}, **given.sizes}
     decoded = decode_together(raw, TOPICS, given.max_future_skew, given.dead_letter_bytes)
@@ -136,6 +141,64 @@ def _runs(
             ]
         )  # fmt: skip
     return written
+
+
+def _one_run_a_file_a_batch(
+    spark: SparkSession, folder: Path, files: tuple[list[tuple[str, Record]], ...]
+) -> tuple[list[Any], list[dict[str, Any]]]:
+    """One available-now run over ``files``, a micro-batch each, so that one's watermark
+    (for eviction) is from the file before it and its late events' from the one before
+    that: the records written, parsed, and the progress reports."""
+    source, offset = folder / "input", 0
+    for file in files:
+        spark.createDataFrame(_raw(file, offset), RAW_SCHEMA).coalesce(1).write.mode(
+            "append"
+        ).parquet(str(source))
+        offset += len(file)
+    records: list[Any] = []
+
+    def collect(rows: DataFrame, batch_id: int) -> None:
+        records.extend((r.topic, json.loads(r.key), json.loads(r.value)) for r in rows.collect()
+                       if r.key and r.key.startswith(b"{"))  # fmt: skip
+
+    query = (
+        _plan(spark, source, REGISTERED, files_per_trigger=1)
+        .writeStream.foreachBatch(collect)
+        .option("checkpointLocation", str(folder / "checkpoint"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    assert query.exception() is None
+    return records, [json.loads(progress.json) for progress in query.recentProgress]
+
+
+def test_an_entry_after_the_last_batchs_watermark_is_taken_by_every_part_a_late_one_by_none(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    at = "2026-01-05T10:{}:00.000Z".format
+    records, progress = _one_run_a_file_a_batch(spark, tmp_path, (
+        [(TOPICS.entries, entry("w1", "bW", "PW1", at(30), "1.00"))],
+        # its batch's watermark is 10:28 (w1's), so w3's (next) is 10:38
+        [(TOPICS.entries, entry("w2", "bW", "PW2", at(40), "2.00"))],
+        # 10:33: at or before its batch's watermark (10:38) but after the last batch's
+        # (10:28), so it is not late: in its window, and its plate's visit
+        [(TOPICS.entries, entry("w3", "bW", "PW3", at(33), "4.00"))],
+        # 10:20, at or before the last batch's watermark (10:38): late, in no part
+        [(TOPICS.entries, entry("w4", "bW", "PW4", at(20), "8.00"))],
+        [(TOPICS.entries, entry("z3", "bZ", "PZ3", "2026-01-05T13:00:00.000Z", "0.50"))],
+    ))  # fmt: skip
+    latest = {}
+    for topic, key, value in records:
+        if topic == TOPICS.speed("booth_stats") and key["booth_id"] == "bW":
+            latest[key["window_start"]] = (value["vehicle_count"], value["total_toll"])
+    assert latest == {at(30): (2, 5.0), at(40): (1, 2.0)}
+    visits = {key["license_plate"] for topic, key, _ in records
+              if topic == TOPICS.speed("vehicle_visits")}  # fmt: skip
+    assert {"PW1", "PW2", "PW3"} <= visits and "PW4" not in visits
+    # w4's two rows (its booth's, its plate's), dropped by Spark and counted
+    dropped = sum(op["numRowsDroppedByWatermark"] for p in progress for op in p["stateOperators"])
+    assert dropped == 2
 
 
 def of(records: list[Any], topic: str) -> list[tuple[Any, Any]]:

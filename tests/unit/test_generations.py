@@ -35,6 +35,7 @@ from shared.platform.generations import (
     write_generation,
 )
 from shared.settings import Settings
+from speed_layer.job import input_starts
 
 H = datetime(2026, 1, 6, tzinfo=UTC)
 
@@ -121,6 +122,17 @@ def test_a_new_job_reads_back_a_day_and_the_lateness_bounds_before_the_horizon()
     assert replay_from(settings, H) == H - timedelta(days=1, hours=1, minutes=2)
     long_trips = settings.updated(max_trip="2d")
     assert replay_from(long_trips, H) == H - timedelta(days=2, hours=1, minutes=2)
+
+
+def test_a_new_job_reads_the_looked_up_events_back_by_their_lookback() -> None:
+    settings = Settings().updated(registration_lookback="30d")
+    starts = input_starts(settings, H)
+    topics = settings.topics
+    # entries and exits from the replay point, registrations 30 days before it
+    assert starts[topics.entries] == H
+    assert starts[topics.exits] == H
+    assert starts[topics.registrations] == H - timedelta(days=30)
+    assert input_starts(settings, None) == {}
 
 
 def test_the_lag_is_each_input_partitions_end_less_the_least_read_to() -> None:

@@ -196,3 +196,17 @@ def test_a_new_checkpoint_records_the_layout_and_goes_on_under_it(tmp_path: Path
     claim_state_store(folder, ROCKSDB_PROVIDER)
     assert (folder / STATE_LAYOUT_FILE).read_text() == STATE_LAYOUT + "\n"
     claim_state_store(folder, ROCKSDB_PROVIDER)  # the next start of it
+
+
+def test_a_checkpoint_for_other_operator_views_is_refused_naming_the_reset(
+    tmp_path: Path,
+) -> None:
+    folder = checkpoint_dir(Settings(state_dir=tmp_path))
+    claim_state_store(folder, ROCKSDB_PROVIDER, ["booth_stats", "vehicle_trips"])
+    claim_state_store(folder, ROCKSDB_PROVIDER, ["booth_stats", "vehicle_trips"])
+    with pytest.raises(CheckpointError) as refused:  # a best match added before the trips
+        claim_state_store(folder, ROCKSDB_PROVIDER, ["booth_stats", "next_entries",
+                                                     "vehicle_trips"])  # fmt: skip
+    assert "in slots, of booth_stats, vehicle_trips, but" in str(refused.value)
+    assert "of booth_stats, next_entries, vehicle_trips" in str(refused.value)
+    assert "lambdaline speed reset" in str(refused.value)

@@ -31,10 +31,11 @@ import scala.jdk.javaapi.CollectionConverters;
  * <p>Rows written: strings {@code [group, the family's key values...]}, numbers {@code [window
  * start, window end, the view's measures...]}.
  *
- * <p>An event at or before the watermark W is not taken: a window final under W never changes.
- * A copy of an event taken (its id seen) is not taken again: the group keeps the ids of the
- * events after W, and one at or before W is late anyway. A bucket is kept until W passes the
- * end of the latest window holding it. One event-time timer per group at a time, registered at
+ * <p>An event at or before the previous micro-batch's watermark never comes: Spark drops it as
+ * late (counted). Every later one is taken: no window final under that watermark holds it, and
+ * every bucket of a window holding it is still kept. A copy of an event taken (its id seen) is
+ * not taken again: the group keeps the ids of the events after the watermark W. A bucket is
+ * kept until W passes the end of the latest window holding it. One event-time timer per group at a time, registered at
  * the next moment something can be dropped and registered again when it fires.
  */
 final class RollUp {
@@ -101,7 +102,7 @@ final class RollUp {
       columns = Input.Columns.of(columns, row, slots);
       long t = row.getLong(columns.time);
       String id = row.getString(columns.id);
-      if (t <= watermark || seen.containsKey(id)) {
+      if (seen.containsKey(id)) {
         continue;
       }
       seen.updateValue(id, t);
