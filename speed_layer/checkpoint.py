@@ -125,10 +125,14 @@ with a bounded cache), where the default HDFS-backed store keeps every version o
 it in the driver's or executors' heap."""
 
 
-STATE_LAYOUT = "one generic operator: roll-up families, plates, in slots"
+STATE_LAYOUT = (
+    "one generic operator, what a view looks back for read whole: roll-up families, "
+    "plates, in slots"
+)
 """How the speed job keeps its state: one ``transformWithState`` operator
 (``speed_layer.operator``) that interprets the views' declarations, its roll-up and
-plate state in variables of their own, each event's values in numbered slots. A
+plate state in variables of their own, each event's values in numbered slots, over two
+Kafka sources (``speed_layer.job.read_whole``: Spark checks a checkpoint's count). A
 checkpoint records it in :data:`STATE_LAYOUT_FILE`, with the views the operator
 computes (:func:`state_layout`); one made by another layout, or for other views,
 records another (or, made before layouts were recorded, nothing), and Spark cannot go

@@ -131,16 +131,41 @@ def read_input_topics(
     settings: Settings,
     event_types: tuple[EventType, ...] = EVENT_TYPES,
     starts: Mapping[str, datetime] | None = None,
+    capped: bool = True,
 ) -> DataFrame:
     """A streaming read of the topics of these event types (raw Kafka records); ``starts``:
     a new checkpoint reads each topic named from its first record of that time on (the
-    others from their earliest)."""
+    others from their earliest); ``capped``: a micro-batch reads at most the
+    ``max_offsets_per_trigger`` setting, else all there is."""
     reader = kafka_stream(spark, settings.kafka, settings.topics.inputs(event_types))
     if starts:
         reader = from_times(reader, settings.kafka, starts)
-    if settings.speed.max_offsets_per_trigger is not None:
+    if capped and settings.speed.max_offsets_per_trigger is not None:
         reader = reader.option("maxOffsetsPerTrigger", settings.speed.max_offsets_per_trigger)
     return reader.load()
+
+
+def read_whole(settings: Settings) -> tuple[EventType, ...]:
+    """The event types a micro-batch reads all of, uncapped: those a view looks up before
+    the events it matches them to (``View.reaches`` starting before 0: registrations).
+
+    Kafka's source shares ``maxOffsetsPerTrigger`` among partitions by offsets, not by
+    time. Working off a backlog whose registrations were published first (a day's
+    registrations, then its traffic), a capped read takes the same share of each topic,
+    so an entry could be read before its plate's registration; the watermark, which the
+    entries move, then passes it, and its alert is final without that registration. Read
+    whole, every registration published before an entry is read no later than it."""
+    return tuple(event_type for event_type, back in looked_back(settings).items() if back)
+
+
+def looked_back(settings: Settings) -> dict[EventType, timedelta]:
+    """Per event type, how long before the events they match the views look it up
+    (``View.reaches``; 0 for one looked up only at or after them)."""
+    reaches = reaches_of(REGISTERED, settings.views.sizes)
+    return {
+        event_type: -min((timedelta(0), *reaches.get(event_type.name, ())))
+        for event_type in EVENT_TYPES
+    }
 
 
 def delay(watermark: timedelta) -> str:
@@ -185,11 +210,9 @@ def input_starts(settings: Settings, replay_from: datetime | None) -> dict[str, 
     entries). None: every offset."""
     if replay_from is None:
         return {}
-    reaches = reaches_of(REGISTERED, settings.views.sizes)
     return {
-        settings.topics.of(event_type): replay_from
-        + min((timedelta(0), *reaches.get(event_type.name, ())))
-        for event_type in EVENT_TYPES
+        settings.topics.of(event_type): replay_from - back
+        for event_type, back in looked_back(settings).items()
     }
 
 
@@ -224,10 +247,10 @@ def run(
     starts = input_starts(settings, replay_from)
     views = settings.views
 
-    def raw(*event_types: EventType) -> DataFrame:
+    def raw(*event_types: EventType, capped: bool = True) -> DataFrame:
         wanted = {settings.topics.of(kind) for kind in event_types}
         chosen = {topic: at for topic, at in starts.items() if topic in wanted}
-        return read_input_topics(spark, settings, event_types, chosen)
+        return read_input_topics(spark, settings, event_types, chosen, capped)
 
     # the operator's query: every input record read and decoded once, then the views
     # of the roll-up and of the plates from one stateful operator (speed_layer.operator)
@@ -235,8 +258,12 @@ def run(
     others = (settings.speed.trigger, OTHERS_POOL)
     first_phase: list[tuple[DataStreamWriter, tuple[timedelta, str]]] = []
     if operator_views():
+        whole = read_whole(settings)
+        records = raw(*(event_type for event_type in EVENT_TYPES if event_type not in whole))
+        if whole:
+            records = records.unionByName(raw(*whole, capped=False))
         decoded = decode_together(
-            raw(*EVENT_TYPES), settings.topics, views.max_future_skew, views.dead_letter_bytes
+            records, settings.topics, views.max_future_skew, views.dead_letter_bytes
         )
         rows = operator_input(decoded, views.watermark, views.sizes)
         first_phase.append((views_writer(rows, settings), fast))

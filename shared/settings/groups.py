@@ -351,7 +351,8 @@ class SpeedSettings(SettingsGroup):
         60_000,
         ge=1,
         description="most Kafka records a speed micro-batch reads (a backlog is worked off in "
-        "micro-batches of at most this many; none = all available)",
+        "micro-batches of at most this many; none = all available), besides the events a "
+        "view looks up before the ones it matches (registrations), read whole",
     )
     retention: PositiveDuration = Field(
         timedelta(days=3), description="retention of speed.* topics (>= 3 batch periods)"
