@@ -18,7 +18,7 @@ CONSTRAINTS ?= constraints.txt
 # when this make began (make test's total time)
 STARTED := $(shell date +%s)
 # each tier on two workers, in groups that start each engine once (tests/conftest.py)
-XDIST = -n 2 --dist loadgroup
+XDIST = -n 2 --dist loadgroup --no-loadscope-reorder
 # the fast tier records its wall time, which a test of the slow tier holds to 4 minutes
 FAST_TIER = $(BIN)/pytest --tier fast $(XDIST)
 # the JDK that Spark, the broker and keytool run on: JAVA_HOME's, as their own scripts do
@@ -88,10 +88,12 @@ docs: $(STAMP)
 # The whole suite in its two tiers (tests/conftest.py), each on two workers: the fast one,
 # then the slow one, with its 15 slowest tests listed; both run, and make test fails if
 # either did. The total, set-up and lint included, is printed last, to keep it in view.
+# Each tier's JUnit report (every test's time) goes to $(REPORTS).
+REPORTS = .lambdaline/test-reports
 test: setup lint
 	@status=0; \
-	$(FAST_TIER) || status=$$?; \
-	$(BIN)/pytest --tier slow $(XDIST) --durations=15 || status=$$?; \
+	$(FAST_TIER) --junitxml=$(REPORTS)/fast.xml || status=$$?; \
+	$(BIN)/pytest --tier slow $(XDIST) --durations=15 --junitxml=$(REPORTS)/slow.xml || status=$$?; \
 	echo "make test: $$(( $$(date +%s) - $(STARTED) )) s in all (set-up and lint included)$$( [ $$status = 0 ] || echo ", failed")"; \
 	exit $$status
 

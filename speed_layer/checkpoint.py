@@ -32,10 +32,10 @@ from pathlib import Path
 
 from shared.platform import topic_ids
 from shared.platform.files import replace_atomically
-from shared.platform.kafka_admin import require_kafka
+from shared.platform.kafka_admin import records_written, require_kafka
 from shared.platform.locks import LockHeldError, exclusive_lock
 from shared.platform.logs import log_event
-from shared.platform.topic_admin import create_topics, delete_topics
+from shared.platform.topic_admin import all_topics, create_topics, delete_topics
 from shared.settings import Settings, describe_view_settings
 
 logger = logging.getLogger("lambdaline.speed")
@@ -62,6 +62,27 @@ def held_checkpoint(folder: Path, view_settings: Mapping[str, str]) -> Iterator[
     """
     with _locked(folder):
         claim_checkpoint(folder, view_settings)
+        yield folder
+
+
+@contextmanager
+def claimed_checkpoint(settings: Settings) -> Iterator[Path]:
+    """Hold the speed checkpoint of ``settings`` (:func:`held_checkpoint`) and make the
+    claims a run makes before Spark starts: Kafka answers with every topic, a new
+    checkpoint does not start over another's speed store (:func:`claim_speed_store`), and
+    the input topics are those it first read (:func:`claim_input_topics`).
+
+    ``lambdaline speed run`` runs the job inside it, and so do tests that run the job in
+    a session of their own. Raises :class:`CheckpointError`,
+    ``shared.platform.kafka_admin.KafkaNotReadyError`` or
+    ``shared.platform.topic_ids.TopicsRecreatedError``; yields the checkpoint folder.
+    """
+    folder = checkpoint_dir(settings)
+    with held_checkpoint(folder, settings.views.labels):
+        require_kafka(settings.kafka, [spec.name for spec in all_topics(settings)])
+        written = records_written(settings.kafka, settings.speed_topics.speed_store())
+        claim_speed_store(folder, written)
+        claim_input_topics(folder, topic_ids.current(settings.kafka, settings.topics.inputs()))
         yield folder
 
 
@@ -170,8 +191,8 @@ def _claim_state_layout(folder: Path, layout: str) -> None:
     if recorded.exists():
         made_with = recorded.read_text(encoding="utf-8").strip()
     else:
-        started = any(folder.glob("*/offsets/[0-9]*"))
-        made_with = "stream-stream joins and an aggregation a view" if started else layout
+        earlier = "stream-stream joins and an aggregation a view"
+        made_with = earlier if checkpoint_started(folder) else layout
     if made_with != layout:
         raise CheckpointError(
             f"the speed checkpoint {folder} keeps its state as {made_with}, but the speed "

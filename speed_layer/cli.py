@@ -9,7 +9,6 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from shared.platform import topic_ids
 from shared.platform.generations import (
     GENERATION_HELP,
     Generation,
@@ -18,24 +17,17 @@ from shared.platform.generations import (
     read_generations,
 )
 from shared.platform.jvm import JavaCompileError, JdkToolMissingError
-from shared.platform.kafka_admin import (
-    KafkaNotReadyError,
-    kafka_answers,
-    records_written,
-    require_kafka,
-)
+from shared.platform.kafka_admin import KafkaNotReadyError, kafka_answers
 from shared.platform.logs import configure_logging
 from shared.platform.streaming import KafkaDataLossError, QueryFailedError
-from shared.platform.topic_admin import TopicDeletionError, all_topics
+from shared.platform.topic_admin import TopicDeletionError
 from shared.platform.topic_ids import TopicsRecreatedError
 from shared.settings import Settings, get_settings
 from speed_layer import job
 from speed_layer.checkpoint import (
     CheckpointError,
     checkpoint_dir,
-    claim_input_topics,
-    claim_speed_store,
-    held_checkpoint,
+    claimed_checkpoint,
     reset,
 )
 
@@ -69,15 +61,9 @@ def speed_run(
     """Run the speed job (continuous by default; Ctrl-C or SIGTERM stops it cleanly)."""
     configure_logging()
     settings, recorded = _generation_settings(generation)
-    folder = checkpoint_dir(settings)
     with ExitStack() as held:
         try:
-            held.enter_context(held_checkpoint(folder, settings.views.labels))
-            require_kafka(settings.kafka, [spec.name for spec in all_topics(settings)])
-            claim_speed_store(
-                folder, records_written(settings.kafka, settings.speed_topics.speed_store())
-            )
-            claim_input_topics(folder, topic_ids.current(settings.kafka, settings.topics.inputs()))
+            held.enter_context(claimed_checkpoint(settings))
         except (CheckpointError, KafkaNotReadyError) as error:
             raise _fail(str(error)) from None
         except TopicsRecreatedError as error:

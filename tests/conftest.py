@@ -12,6 +12,7 @@ interpreter's start) in pytest's cache, under :data:`FAST_TIER_RECORD`.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from datetime import UTC, datetime
 
 os.environ.setdefault(
@@ -30,14 +31,13 @@ from shared.platform.topic_admin import create_topics
 from shared.settings import Settings, get_settings
 from speed_layer.job import SPEED_SPARK_CONF
 from speed_layer.operator import operators_jar
+from tests.spark_conf import TEST_SPARK_CONF
 
 TIERS = {
     "fast": "not integration and not e2e and not fast_tier_time",
     "slow": "integration or e2e or fast_tier_time",
 }
 """Each tier's marker expression: together they select every test once."""
-SLOW_MARKS = ("integration", "e2e")
-"""The marks of tests on the real engines (every test of the slow tier but one)."""
 FAST_TIER_RECORD = "lambdaline/fast-tier"
 """The pytest cache key of the last fast run's ``seconds``, ``tests`` and ``finished_at``."""
 
@@ -73,10 +73,36 @@ def xdist_group(item: pytest.Item) -> str:
     return item.nodeid.split("::")[0]
 
 
+GROUP_SECONDS = {
+    "clusters": 565,
+    "tests/integration/test_batch_layer.py": 270,
+    "tests/integration/test_generations.py": 220,
+    "tests/e2e/test_bench.py": 180,
+    "tests/e2e/test_demo.py": 110,
+    "tests/integration/test_speed_restart.py": 90,
+    "tests/integration/test_serving.py": 90,
+    "tests/integration/test_kafka_security.py": 80,
+    "tests/integration/test_speed_reset.py": 75,
+    "tests/integration/test_generated_merge.py": 65,
+    "tests/integration/test_adding_a_view.py": 65,
+    "tests/integration/test_speed_layer.py": 50,
+    "tests/integration/test_window_views.py": 45,
+    "tests/integration/test_speed_provisional.py": 45,
+    "tests/integration/test_speed_state.py": 40,
+}
+"""The longest groups, about how many seconds each takes in ``make test`` (``--durations=0``);
+any other takes :data:`SECONDS_PER_TEST` a test. Only their order is used: under
+loadgroup a worker that runs out of tests takes the next group, so the longest go
+first and the shortest fill in at the end."""
+SECONDS_PER_TEST = 8
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Each test's :func:`xdist_group`; under loadgroup the two shared groups are sent
-    first, as the longest.
+    """Each test's :func:`xdist_group`; on an xdist worker (whose collection the
+    controller schedules) the groups in the order of their length, longest first
+    (:data:`GROUP_SECONDS`; ``make`` runs pytest-xdist with ``--no-loadscope-reorder``,
+    which keeps this order rather than its own by number of tests).
 
     First of the hooks: a worker's pytest-xdist reads the marks in its own hook of this
     name (as a suffix of the node id), and would find none if it ran before this one
@@ -84,9 +110,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(xdist_group(item)))
-    if getattr(config.option, "dist", "no") == "loadgroup":
-        shared = ("clusters", "unit-spark")
-        items.sort(key=lambda item: xdist_group(item) not in shared)  # a stable sort
+    if hasattr(config, "workerinput"):  # a worker's collection, which xdist schedules
+        tests = Counter(xdist_group(item) for item in items)
+        seconds = {
+            group: GROUP_SECONDS.get(group, SECONDS_PER_TEST * count)
+            for group, count in tests.items()
+        }
+        items.sort(key=lambda item: -seconds[xdist_group(item)])  # a stable sort
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
@@ -116,37 +146,17 @@ def _seconds_since_start() -> float:
     return uptime - started_ticks / os.sysconf("SC_CLK_TCK")
 
 
-INTERPRETED_CONF = {
-    # a unit test's query reads a few rows once: Spark's generated Java for it (the
-    # decode's stage is ~330 KB) costs more to compile than the rows do to interpret,
-    # and the JIT's optimising tier costs more than it saves. Interpreted, on the JIT's
-    # first tier, the unit tests on Spark took 49 CPU-seconds where they took 82
-    # (serially, on this 2-core machine; docs/CONTRIBUTING.md)
-    "spark.sql.codegen.wholeStage": "false",
-    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
-    # in place of the speed job's options (a code cache kept for days of running)
-    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
-}
-"""A session of the unit tests alone: their queries interpreted rather than compiled."""
-
-
 @pytest.fixture(scope="session")
-def spark(
-    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
-) -> Iterator[SparkSession]:
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     """One local SparkSession for the whole run: small, UTC, no UI. Tests never stop it.
 
     It has the speed job's fair scheduler pools; jobs started outside a pool (the
     batch layer's, the tests' own) run in order, as under Spark's default. It has
     the batch job's SQL tuning too, so an in-process batch run plans its joins as
-    ``lambdaline batch run`` does.
-
-    Where the run holds unit tests alone (the fast tier), its queries are interpreted
-    (:data:`INTERPRETED_CONF`); with integration tests, it compiles them as the jobs do.
+    ``lambdaline batch run`` does. Its queries are interpreted, on the JIT's first
+    tier (``tests.spark_conf``): a test's few rows cost less so than
+    compiled.
     """
-    unit_tests_alone = not any(
-        item.get_closest_marker(mark) for item in request.session.items for mark in SLOW_MARKS
-    )
     batch_sql = {
         key: value for key, value in BATCH_SPARK_CONF.items() if key.startswith("spark.sql.")
     }
@@ -164,7 +174,7 @@ def spark(
             **SPEED_SPARK_CONF,
             "spark.ui.enabled": "false",
             "spark.default.parallelism": "2",
-            **(INTERPRETED_CONF if unit_tests_alone else {}),
+            **TEST_SPARK_CONF,
         },
     )
     session.sparkContext.setLogLevel("ERROR")

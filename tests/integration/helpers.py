@@ -37,6 +37,7 @@ from shared.settings import Settings
 from shared.settings.views import VIEW_BY_NAME
 from speed_layer.operator import VIEWS_QUERY
 from tests.scenarios import Lookback, ThreeDays, entry_value, exit_value, registration_value
+from tests.spark_conf import TEST_SPARK_ENVIRONMENT
 
 
 def isolated_settings(kafka: Settings, state_dir: Path) -> Settings:
@@ -70,6 +71,7 @@ def environment_of(settings: Settings) -> dict[str, str]:
         "LAMBDALINE_TOPICS__SPEED_PREFIX": topics.speed_prefix,
         "LAMBDALINE_TOPICS__SPEED_PROGRESS": topics.speed_progress,
         **security_environment(settings.kafka),
+        **TEST_SPARK_ENVIRONMENT,
     }
 
 

@@ -14,6 +14,7 @@ three brokers carries all three, so that the suite starts one secured cluster
 
 from __future__ import annotations
 
+import logging
 import re
 import ssl
 import subprocess
@@ -23,12 +24,15 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from pyspark.sql import SparkSession
 
 from lambdaline import kafka_broker
 from lambdaline.generator import GeneratorConfig, send_to_kafka
 from shared.platform.kafka_admin import KafkaUnreachableError, require_kafka
 from shared.platform.topic_admin import create_topics
 from shared.settings import Settings
+from speed_layer import job
+from speed_layer.checkpoint import claimed_checkpoint
 from tests.certificates import client_certificate
 from tests.integration.conftest import broker_settings
 from tests.integration.helpers import environment_of, isolated_settings, speed_view
@@ -90,7 +94,7 @@ def test_a_tls_broker_is_refused_until_clients_trust_its_certificate(tmp_path: P
 
 
 def test_the_speed_layer_runs_with_a_password_and_a_client_certificate(
-    secured: Settings, tmp_path: Path
+    secured: Settings, spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     settings = isolated_settings(secured, tmp_path)
     wave = GeneratorConfig(
@@ -100,17 +104,22 @@ def test_the_speed_layer_runs_with_a_password_and_a_client_certificate(
     # two producer processes, each given the settings (and so the passwords) by pickle
     assert send_to_kafka(wave, settings, workers=2).by_kind["entry"] == 100
 
-    # Spark's source and sink log in with the JAAS line and present the certificate
+    # the checks `speed run` makes before Spark starts, on kafka-python's secured clients;
+    # then Spark's source and sink log in with the JAAS line and present the certificate
     # from their PEM key store, its key decrypted on the driver
-    job = subprocess.run(
-        [sys.executable, "-m", "lambdaline.cli", "speed", "run", "--available-now"],
-        env=environment_of(settings), capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
+    caplog.set_level(logging.INFO, logger="lambdaline")
+    with claimed_checkpoint(settings):
+        job.run(spark, settings, available_now=True)
     counted = speed_view(settings, "booth_stats").values()
     assert sum(int(row["vehicle_count"]) for row in counted) == 100
-    output = job.stdout + job.stderr
-    assert "wörd" not in output and "pässword" not in output  # no password is shown
+    # what `speed run` shows (shared.platform.logs.configure_logging): lambdaline's lines,
+    # and the warnings of the libraries it calls
+    shown = [
+        record.getMessage() for record in caplog.records
+        if record.name.startswith("lambdaline") or record.levelno >= logging.WARNING
+    ]  # fmt: skip
+    assert any('"event": "speed_input_topic_ids"' in line for line in shown)
+    assert not [line for line in shown if "wörd" in line or "pässword" in line]
 
 
 def test_the_files_holding_passwords_are_their_owners_alone(secured: Settings) -> None:
