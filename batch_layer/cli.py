@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -297,18 +298,18 @@ def batch_reset_ingest(
     checkpoint was deleted or put back from an older copy."""
     configure_logging()
     settings = get_settings()
+
+    def confirm() -> None:
+        if yes:
+            return
+        if not sys.stdin.isatty():
+            raise _fail("nothing changed: confirm with --yes where there is no terminal")
+        if not typer.confirm("Begin a new ingest checkpoint?"):
+            raise _fail("nothing changed")
+
     spark = _spark_over_kafka(settings)
     try:
-        with run_lock(settings.batch_store_root):
-            reset = ingest_reset.plan(spark, settings)
-            console.print(_starts_table(reset))
-            console.print(_what_reset_does(reset), highlight=False)
-            if not yes:
-                if not sys.stdin.isatty():
-                    raise _fail("nothing changed: confirm with --yes where there is no terminal")
-                if not typer.confirm("Begin a new ingest checkpoint?"):
-                    raise _fail("nothing changed")
-            ingest_reset.carry_out(spark, MasterDataset.of(settings), reset)
+        reset = reset_ingest(spark, settings, console, confirm)
     except (BatchStoreError, MasterDatasetError, KafkaNotReadyError, OSError) as error:
         raise _fail(str(error)) from None
     finally:
@@ -318,6 +319,21 @@ def batch_reset_ingest(
         f"{reset.first_batch} on, and recomputes the dates its records touch.",
         highlight=False,
     )
+
+
+def reset_ingest(
+    spark: SparkSession, settings: Settings, out: Console, confirm: Callable[[], None]
+) -> ingest_reset.IngestResetPlan:
+    """``batch reset-ingest`` in ``spark``: under the batch store's run lock, plan the new
+    ingest checkpoint, show the plan on ``out``, and carry it out once ``confirm`` returns
+    (it raises to change nothing). Tests run it in their own session."""
+    with run_lock(settings.batch_store_root):
+        reset = ingest_reset.plan(spark, settings)
+        out.print(_starts_table(reset))
+        out.print(_what_reset_does(reset), highlight=False)
+        confirm()
+        ingest_reset.carry_out(spark, MasterDataset.of(settings), reset)
+    return reset
 
 
 def _starts_table(reset: ingest_reset.IngestResetPlan) -> Table:

@@ -12,6 +12,7 @@ interpreter's start) in pytest's cache, under :data:`FAST_TIER_RECORD`.
 from __future__ import annotations
 
 import os
+import tempfile
 from collections import Counter
 from datetime import UTC, datetime
 
@@ -31,7 +32,7 @@ from shared.platform.topic_admin import create_topics
 from shared.settings import Settings, get_settings
 from speed_layer.job import SPEED_SPARK_CONF
 from speed_layer.operator import operators_jar
-from tests.spark_conf import TEST_SPARK_CONF
+from tests.spark_conf import CLASS_ARCHIVE, TEST_SPARK_CONF, make_class_archive
 
 TIERS = {
     "fast": "not integration and not e2e and not fast_tier_time",
@@ -54,6 +55,22 @@ def pytest_configure(config: pytest.Config) -> None:
         if config.option.markexpr:
             raise pytest.UsageError("--tier chooses the tests by their marks: leave out -m")
         config.option.markexpr = TIERS[tier]
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The class archive of Spark's drivers (``tests.spark_conf``), written once for the
+    virtual environment: by the run's first process, before pytest-xdist starts its
+    workers (its own hook of this name runs last)."""
+    if hasattr(session.config, "workerinput"):
+        return
+    with tempfile.TemporaryDirectory(prefix="lambdaline-class-archive-") as scratch:
+        seconds = make_class_archive(Path(scratch))
+    if seconds:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(
+                f"Spark's class archive written in {seconds:.0f} s: {CLASS_ARCHIVE}"
+            )
 
 
 CLUSTERS = frozenset({"kafka_cluster", "spark_standalone"})

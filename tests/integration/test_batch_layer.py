@@ -26,6 +26,7 @@ from pyspark.sql import SparkSession
 from rich.console import Console
 
 from batch_layer import ingest_reset
+from batch_layer.cli import reset_ingest
 from batch_layer.master import (
     EVENT_DATE,
     MasterDataset,
@@ -369,16 +370,15 @@ def test_a_deleted_ingest_checkpoint_is_refused_then_a_reset_ingest_goes_on_from
     assert read_current(settings.batch_store) == served
 
     send(settings, topics.entries, [NEW_ENTRY])
-    reset = run_cli(settings, "batch", "reset-ingest", "--yes")
-    assert reset.returncode == 0, reset.stderr
-    assert starts_table(settings, reset.stdout) == {  # read to, Kafka keeps, starts at, why
+    shown = reset_ingest_here(spark, settings)
+    assert starts_table(settings, shown) == {  # read to, Kafka keeps, starts at, why
         f"{topics.entries}-0": "10 0..11 10 goes on where it was read to",
         f"{topics.exits}-0": "7 0..7 7 goes on where it was read to",
         f"{topics.registrations}-0": "5 0..5 5 goes on where it was read to",
         **{f"{topic}-1": "0 0..0 0 goes on where it was read to"
            for topic in settings.topics.inputs()},
     }  # fmt: skip
-    said = " ".join(reset.stdout.split())
+    said = " ".join(shown.split())
     assert f"This begins a new ingest checkpoint at {checkpoint}, whose batches are numbered from 1" in said  # fmt: skip
 
     report = batch(spark, settings, D)
@@ -395,6 +395,16 @@ def test_a_deleted_ingest_checkpoint_is_refused_then_a_reset_ingest_goes_on_from
         "b2",
         "b3",
     ]
+
+
+def reset_ingest_here(spark: SparkSession, settings: Settings) -> str:
+    """``lambdaline batch reset-ingest --yes`` in the session's Spark (``batch_layer.cli
+    .reset_ingest``, which the command runs in its own): what it prints, at ``run_cli``'s
+    300 columns. The command's own checks are tested through it once
+    (:func:`test_records_deleted_before_the_ingest_read_them_stop_it_until_a_reset_ingest`)."""
+    shown = io.StringIO()
+    reset_ingest(spark, settings, Console(file=shown, width=300, soft_wrap=True), lambda: None)
+    return shown.getvalue()
 
 
 def starts_table(settings: Settings, printed: str) -> dict[str, str]:
@@ -438,9 +448,8 @@ def test_input_topics_created_again_are_refused_then_a_reset_ingest_goes_on_into
     assert read_current(settings.batch_store) == served
 
     send(settings, settings.topics.entries, [NEW_ENTRY])
-    reset = run_cli(settings, "batch", "reset-ingest", "--yes")
-    assert reset.returncode == 0, reset.stderr
-    table = starts_table(settings, reset.stdout)
+    shown = reset_ingest_here(spark, settings)
+    table = starts_table(settings, shown)
     assert table == {  # read to, Kafka keeps, starts at, why
         f"{settings.topics.entries}-0": "10 0..11 earliest topic created again (new id)",
         f"{settings.topics.exits}-0": "7 0..7 earliest topic created again (new id)",
@@ -448,7 +457,7 @@ def test_input_topics_created_again_are_refused_then_a_reset_ingest_goes_on_into
         **{f"{topic}-1": "0 0..0 earliest topic created again (new id)"
            for topic in settings.topics.inputs()},  # send() writes to partition 0
     }  # fmt: skip
-    assert "whose batches are numbered from 1" in " ".join(reset.stdout.split())
+    assert "whose batches are numbered from 1" in " ".join(shown.split())
     assert len(list(Path(checkpoint).parent.glob("ingest.replaced-*"))) == 1
 
     report = batch(spark, settings, D)  # ingest batch 1: every record again, and e7
@@ -549,9 +558,7 @@ def test_a_reset_ingest_deletes_what_a_batch_killed_while_writing_wrote(
     create_topics(settings)
     send(settings, settings.topics.entries, [NEW_ENTRY])
 
-    reset = run_cli(settings, "batch", "reset-ingest", "--yes")
-    assert reset.returncode == 0, reset.stderr
-    said = " ".join(reset.stdout.split())
+    said = " ".join(reset_ingest_here(spark, settings).split())
     assert "whose batches are numbered from 1" in said
     assert (
         "It deletes the partitions of ingest batch 1, which a run stopped while writing it" in said

@@ -14,6 +14,7 @@ settings. Retiring generation 1 deletes its checkpoint and topics.
 from __future__ import annotations
 
 import base64
+import io
 import json
 import os
 import signal
@@ -22,14 +23,17 @@ import sys
 import threading
 import time
 from collections import Counter
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import httpx2
 import pytest
+from pyspark.sql import SparkSession
+from rich.console import Console
 
+from batch_layer.run import run_batch
 from lambdaline.generations import stop_job
 from lambdaline.processes import stop_process, wait_until_answers
 from shared.domain.views.view import ViewSizes
@@ -209,7 +213,7 @@ def _matches_oracle(base: str, settings: Settings, sizes: ViewSizes, generation:
 
 
 @pytest.fixture(scope="module")
-def load(kafka: Settings, tmp_path_factory: pytest.TempPathFactory) -> Any:
+def load(kafka: Settings, spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Any:
     """Generation 1 served under load: its batch version of the first day, its speed
     job, the API, the generator sending the second day; yields them to the test."""
     state = tmp_path_factory.mktemp("generations")
@@ -217,18 +221,21 @@ def load(kafka: Settings, tmp_path_factory: pytest.TempPathFactory) -> Any:
     with pytest.MonkeyPatch.context() as patch:
         # the generator runs 30 simulated s a real s: the default 1 min is 2 real s
         patch.setenv("LAMBDALINE_SPEED_PROMOTE_WATERMARK_GAP", "15m")
-        yield from _loaded(settings, state)
+        yield from _loaded(settings, state, spark)
 
 
-def _loaded(settings: Settings, state: Path) -> Any:
+def _loaded(settings: Settings, state: Path, spark: SparkSession) -> Any:
     env = environment_of(settings)
     history = run_cli(
         settings, "generate", "--start", f"{DAY_1}T22:00:00Z", "--duration", "2h",
         "--speedup", "0", "--traffic", "0.2", "--seed", "1", *QUIET, timeout_s=300,
     )  # fmt: skip
     assert history.returncode == 0, history.stderr[-2000:]
-    batch = run_cli(settings, "batch", "run", "--date", DAY_1, timeout_s=600)
-    assert batch.returncode == 0, batch.stderr[-3000:]
+    # generation 1's first version, in the session's Spark (generation 2's is `batch run`)
+    run_batch(
+        spark, settings, date.fromisoformat(DAY_1), settings.batch.lookback_days,
+        console=Console(file=io.StringIO()),
+    )  # fmt: skip
     started = []
     try:
         speed = spawn_cli(["speed", "run"], env, state / "speed-g1.log")
