@@ -91,23 +91,23 @@ def xdist_group(item: pytest.Item) -> str:
 
 
 GROUP_SECONDS = {
-    "clusters": 565,
-    "tests/integration/test_batch_layer.py": 270,
-    "tests/integration/test_generations.py": 220,
-    "tests/e2e/test_bench.py": 180,
-    "tests/e2e/test_demo.py": 110,
-    "tests/integration/test_speed_restart.py": 90,
-    "tests/integration/test_serving.py": 90,
-    "tests/integration/test_kafka_security.py": 80,
-    "tests/integration/test_speed_reset.py": 75,
-    "tests/integration/test_generated_merge.py": 65,
-    "tests/integration/test_adding_a_view.py": 65,
+    "clusters": 570,
+    "tests/integration/test_batch_layer.py": 240,
+    "tests/integration/test_generations.py": 195,
+    "tests/e2e/test_demo.py": 135,
+    "tests/e2e/test_bench.py": 130,
+    "tests/integration/test_serving.py": 115,
+    "tests/integration/test_kafka_security.py": 105,
+    "tests/integration/test_speed_restart.py": 80,
+    "tests/integration/test_speed_reset.py": 65,
+    "tests/integration/test_generated_merge.py": 60,
     "tests/integration/test_speed_layer.py": 50,
-    "tests/integration/test_window_views.py": 45,
     "tests/integration/test_speed_provisional.py": 45,
+    "tests/integration/test_adding_a_view.py": 45,
+    "tests/integration/test_window_views.py": 45,
     "tests/integration/test_speed_state.py": 40,
 }
-"""The longest groups, about how many seconds each takes in ``make test`` (``--durations=0``);
+"""The longest groups, about how many seconds each takes in ``make test`` (its JUnit report);
 any other takes :data:`SECONDS_PER_TEST` a test. Only their order is used: under
 loadgroup a worker that runs out of tests takes the next group, so the longest go
 first and the shortest fill in at the end."""
