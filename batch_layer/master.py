@@ -420,6 +420,13 @@ def ingest(
     return batches
 
 
+def _no_rows(spark: SparkSession, schema: T.StructType) -> DataFrame:
+    """An empty frame of this schema, as a read of the master dataset's files gives: a scan
+    of no files, planned in the JVM. (A frame made from a Python list is a Python RDD: each
+    of its tasks would start a Python worker, and the executors of a cluster need none.)"""
+    return spark.read.schema(schema).parquet()
+
+
 def read_events(
     spark: SparkSession, master: MasterDataset, event_type: EventType, dates: Iterable[date]
 ) -> DataFrame:
@@ -428,7 +435,7 @@ def read_events(
     location = master.events(event_type)
     wanted = sorted(set(dates))
     if not wanted or not hadoop_files.glob(spark, location):
-        return spark.createDataFrame([], schema)
+        return _no_rows(spark, schema)
     return spark.read.schema(schema).parquet(location).where(F.col(EVENT_DATE).isin(wanted))
 
 
@@ -440,6 +447,6 @@ def read_dead_letters(
     location = master.dead_letters
     wanted = sorted(set(dates))
     if not wanted or not hadoop_files.glob(spark, location):
-        return spark.createDataFrame([], MASTER_DEAD_LETTER_SCHEMA)
+        return _no_rows(spark, MASTER_DEAD_LETTER_SCHEMA)
     frame = spark.read.schema(MASTER_DEAD_LETTER_SCHEMA).parquet(location)
     return frame.where(F.col(RECORD_DATE).isin(wanted))

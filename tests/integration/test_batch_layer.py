@@ -32,6 +32,7 @@ from batch_layer.master import (
     MasterDataset,
     MasterDatasetError,
     last_ingest_batch,
+    master_schema,
     partitions,
     read_dead_letters,
     read_events,
@@ -111,6 +112,29 @@ def test_dead_letters_up_to_the_run_date_with_reasons(first_run: Settings) -> No
          "missing: entry_time, license_plate, state, make, model, vehicle_type, weight_kg, toll, tag"),
         (topic, 8, ThreeDays.MALFORMED[2][1], "invalid_value", "invalid: booth_id"),
     ]  # fmt: skip
+
+
+def test_an_input_without_files_is_read_as_no_rows_without_a_python_worker(
+    kafka: Settings, spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A type of event with no files in reach (exits before the first trip ends, no dead
+    letters yet) is an empty scan: a frame from a Python list would start a Python worker
+    in each task, which a cluster's executors need not have (tests/faults/test_batch_kills.py
+    runs them without one)."""
+    dataset = MasterDataset.of(isolated_settings(kafka, tmp_path))
+    frames = {
+        **{event_type.name: read_events(spark, dataset, event_type, ALL_DAYS)
+           for event_type in EVENT_TYPES},
+        "dead letters, no dates": read_dead_letters(spark, dataset, []),
+        "dead letters": read_dead_letters(spark, dataset, ALL_DAYS),
+    }  # fmt: skip
+    for name, frame in frames.items():
+        assert frame.count() == 0, name
+        frame.explain()
+        plan = capsys.readouterr().out
+        assert "FileScan parquet" in plan and "ExistingRDD" not in plan, f"{name}: {plan}"
+    # the columns and partition columns a read of files gives
+    assert frames[TOLL_EXIT.name].columns == master_schema(TOLL_EXIT).fieldNames()
 
 
 def test_a_registration_applies_for_the_lookback_only(
