@@ -133,7 +133,12 @@ def _wait_for_answers(tally: Tally, more: int) -> None:
 
 
 async def _clients(url: str, tally: Tally, stop: threading.Event, seed: float) -> None:
-    limits = httpx2.Limits(max_connections=CLIENTS, max_keepalive_connections=CLIENTS)
+    # a connection idle past uvicorn's keep-alive (5 s) is closed by the server; one the pool
+    # reuses at that moment is lost without an answer (httpx's default expiry is also 5 s).
+    # Clients drop idle connections first, as a client of any HTTP/1.1 server should.
+    limits = httpx2.Limits(
+        max_connections=CLIENTS, max_keepalive_connections=CLIENTS, keepalive_expiry=2.0
+    )
     async with httpx2.AsyncClient(
         base_url=url, headers={"X-API-Key": KEY}, timeout=60,
         limits=limits,
